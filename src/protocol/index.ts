@@ -1,0 +1,3 @@
+export * from './episode.js'
+export * from './errors.js'
+export * from './wire.js'

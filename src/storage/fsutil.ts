@@ -1,0 +1,74 @@
+import {randomBytes} from 'node:crypto'
+import {constants} from 'node:fs'
+import {link, open, rename, unlink} from 'node:fs/promises'
+import path from 'node:path'
+
+export function tempName(dir: string, base: string): string {
+  return path.join(dir, `.${base}.${randomBytes(4).toString('hex')}`)
+}
+
+/** fsync a directory so the entries created in it survive a host crash. */
+export async function fsyncDir(dir: string): Promise<void> {
+  const fh = await open(dir, constants.O_RDONLY)
+  try {
+    await fh.sync()
+  } finally {
+    await fh.close()
+  }
+}
+
+/** fsync `from` and each parent up to and including `upTo` (which must contain `from`). */
+export async function fsyncUpTo(from: string, upTo: string): Promise<void> {
+  let dir = path.resolve(from)
+  const stop = path.resolve(upTo)
+  for (;;) {
+    await fsyncDir(dir)
+    if (dir === stop) return
+    const parent = path.dirname(dir)
+    if (parent === dir || !dir.startsWith(stop + path.sep)) return
+    dir = parent
+  }
+}
+
+async function writeSynced(file: string, data: string | Uint8Array): Promise<void> {
+  const fh = await open(file, 'wx')
+  try {
+    await fh.writeFile(data)
+    await fh.sync()
+  } finally {
+    await fh.close()
+  }
+}
+
+/**
+ * Creates `target` with `data` only if no file has that name: write a temp file, fsync, hard-link.
+ * A hard link never replaces a name, so of two racing writers exactly one wins.
+ * Returns false when the name already existed (the caller decides whether that is an error).
+ */
+export async function createExclusive(target: string, data: string | Uint8Array): Promise<boolean> {
+  const tmp = tempName(path.dirname(target), path.basename(target))
+  await writeSynced(tmp, data)
+  try {
+    await link(tmp, target)
+    return true
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'EEXIST') return false
+    throw err
+  } finally {
+    await unlink(tmp).catch(() => {})
+  }
+}
+
+/** Replaces `target` atomically (temp, fsync, rename, fsync dir). */
+export async function replaceAtomic(target: string, data: string | Uint8Array): Promise<void> {
+  const dir = path.dirname(target)
+  const tmp = tempName(dir, path.basename(target))
+  try {
+    await writeSynced(tmp, data)
+    await rename(tmp, target)
+  } catch (err) {
+    await unlink(tmp).catch(() => {})
+    throw err
+  }
+  await fsyncDir(dir)
+}

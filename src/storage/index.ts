@@ -1,0 +1,6 @@
+export * from './errors.js'
+export * from './fsutil.js'
+export * from './participant-store.js'
+export * from './pyjson.js'
+export * from './root.js'
+export * from './verify.js'

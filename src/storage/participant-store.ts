@@ -1,0 +1,270 @@
+import {createHash} from 'node:crypto'
+import {isUtf8} from 'node:buffer'
+import {createReadStream} from 'node:fs'
+import {mkdir, open, readFile, rename, unlink} from 'node:fs/promises'
+import path from 'node:path'
+
+import {EpisodeIdWire, SAFE_ID_PATTERN, captureKey, fromWire} from '../protocol/episode.js'
+import {ParticipantManifest} from '../protocol/wire.js'
+import {CheckpointStateError, WriteStoppedError} from './errors.js'
+import {createExclusive, fsyncDir, fsyncUpTo, tempName} from './fsutil.js'
+import {PyValue, pyGet, pyLoads, isPyDict} from './pyjson.js'
+
+export const STATE_SCHEMA_VERSION = 1
+export const MANIFEST_FILE = 'manifest.json'
+export const RECORDS_FILE_PATTERN = /^records(-[0-9a-f]{64})?\.jsonl$/
+export const EMPTY_SHA256 = 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855'
+
+export function participantDir(checkpointDir: string, kind: string, instance: string): string {
+  for (const [what, v] of [['kind', kind], ['instance', instance]] as const) {
+    if (!SAFE_ID_PATTERN.test(v)) throw new CheckpointStateError(`participant ${what} '${v}' is not a safe path component`)
+  }
+  return path.join(checkpointDir, 'gym', kind, instance)
+}
+
+/** Python's `json.dumps(m, sort_keys=True, indent=1)` (ASCII, no trailing newline). */
+export function encodeManifest(m: Record<string, unknown>): string {
+  return encodeSorted(m, 0)
+}
+
+function encodeSorted(v: unknown, level: number): string {
+  if (v === null || typeof v !== 'object') return JSON.stringify(v).replace(/[\u007f-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`)
+  const pad = '\n' + ' '.repeat(level + 1)
+  if (Array.isArray(v)) return v.length === 0 ? '[]' : `[${v.map((x) => pad + encodeSorted(x, level + 1)).join(',')}\n${' '.repeat(level)}]`
+  const keys = Object.keys(v).sort()
+  if (keys.length === 0) return '{}'
+  return `{${keys.map((k) => `${pad}${encodeSorted(k, 0)}: ${encodeSorted((v as Record<string, unknown>)[k], level + 1)}`).join(',')}\n${' '.repeat(level)}}`
+}
+
+export interface WriteStateOptions {
+  checkpointDir: string
+  kind: string
+  instance: string
+  checkpointId: string
+  /** Checked before each record and once more under `runLocked` just before publication. */
+  shouldStop?: () => boolean
+  /** Runs the rename of the records file and the manifest's creation under the caller's stop lock. */
+  runLocked?: <T>(fn: () => Promise<T>) => Promise<T>
+}
+
+const WRITE_BUFFER_BYTES = 1 << 20
+
+/**
+ * Streams encoded record lines (each without its newline) into `records-<sha256>.jsonl`, then
+ * creates `manifest.json` (never replacing one). Every directory from the participant directory up
+ * to the checkpoint directory is fsynced before the manifest appears, so a host crash cannot lose
+ * an entry under a committed manifest. Returns the manifest that is on disk.
+ */
+export async function writeParticipantState(opts: WriteStateOptions, lines: Iterable<string> | AsyncIterable<string>): Promise<ParticipantManifest> {
+  const dir = participantDir(opts.checkpointDir, opts.kind, opts.instance)
+  const label = `checkpoint '${opts.checkpointId}'`
+  const runLocked = opts.runLocked ?? (<T>(fn: () => Promise<T>) => fn())
+  try {
+    await mkdir(dir, {recursive: true})
+  } catch (err) {
+    throw new CheckpointStateError(`cannot write checkpoint state under ${opts.checkpointDir}: ${(err as Error).message}`)
+  }
+  const tmp = tempName(dir, 'records.jsonl')
+  let published = false
+  try {
+    const hash = createHash('sha256')
+    let count = 0
+    let fh
+    try {
+      fh = await open(tmp, 'wx')
+    } catch (err) {
+      throw new CheckpointStateError(`cannot write checkpoint state under ${dir}: ${(err as Error).message}`)
+    }
+    try {
+      let pending: Buffer[] = []
+      let pendingBytes = 0
+      for await (const line of lines) {
+        if (opts.shouldStop?.()) throw new WriteStoppedError(label)
+        const buf = Buffer.from(line + '\n', 'utf8')
+        hash.update(buf)
+        count++
+        pending.push(buf)
+        pendingBytes += buf.length
+        if (pendingBytes >= WRITE_BUFFER_BYTES) {
+          await fh.writev(pending)
+          pending = []
+          pendingBytes = 0
+        }
+      }
+      if (pending.length) await fh.writev(pending)
+      await fh.sync()
+    } finally {
+      await fh.close()
+    }
+    const sha = hash.digest('hex')
+    const manifest: ParticipantManifest = {
+      checkpoint_id: opts.checkpointId,
+      instance: opts.instance,
+      kind: opts.kind,
+      record_count: count,
+      records_file: `records-${sha}.jsonl`,
+      records_sha256: sha,
+      schema_version: STATE_SCHEMA_VERSION,
+    }
+    const recordsPath = path.join(dir, manifest.records_file)
+    const manifestPath = path.join(dir, MANIFEST_FILE)
+    const created = await runLocked(async () => {
+      if (opts.shouldStop?.()) throw new WriteStoppedError(label)
+      // Same name means same content, so replacing an identical records file is harmless.
+      await rename(tmp, recordsPath)
+      published = true
+      await fsyncUpTo(dir, opts.checkpointDir)
+      return createExclusive(manifestPath, encodeManifest(manifest))
+    })
+    if (!created) {
+      const existing = await readManifestFile(dir)
+      if (!sameJson(existing, manifest)) {
+        if (existing.records_file !== manifest.records_file) await unlink(recordsPath).catch(() => {})
+        throw new CheckpointStateError(`${dir} already holds a different commit (${existing.checkpoint_id}, ${existing.records_file})`)
+      }
+    }
+    // Also on a retry that found the manifest already published: a commit that succeeds is durable.
+    await fsyncDir(dir)
+    return created ? manifest : await readManifestFile(dir)
+  } finally {
+    if (!published) await unlink(tmp).catch(() => {})
+  }
+}
+
+function sameJson(a: unknown, b: unknown): boolean {
+  return encodeManifest(a as Record<string, unknown>) === encodeManifest(b as Record<string, unknown>)
+}
+
+async function readManifestFile(dir: string): Promise<ParticipantManifest> {
+  const text = await readFile(path.join(dir, MANIFEST_FILE), 'utf8')
+  return JSON.parse(text) as ParticipantManifest
+}
+
+// ---------------------------------------------------------------- reading
+
+export interface ReadStateOptions {
+  /** When given, the manifest must belong to this participant. */
+  kind?: string
+  instance?: string
+  /**
+   * Capture keys whose records are kept and decoded (Python-style) for the caller; null keeps
+   * none. Every line is still hashed, counted and checked to be a JSON object with an episode_id.
+   */
+  keep?: ReadonlySet<string> | null
+}
+
+export interface StoredRecord {
+  key: string
+  record: Map<string, PyValue>
+}
+
+export interface ReadStateResult {
+  dir: string
+  manifest: ParticipantManifest
+  /** Capture keys of every record, in file order. */
+  keys: string[]
+  kept: StoredRecord[]
+  bytes: number
+}
+
+const READ_CHUNK = 1 << 20
+
+/**
+ * Verifies and reads a participant directory in one streaming pass, holding at most one record in
+ * memory besides the kept ones. Every problem is a CheckpointStateError naming what is wrong.
+ */
+export async function readParticipantState(dir: string, opts: ReadStateOptions = {}): Promise<ReadStateResult> {
+  try {
+    return await readInner(dir, opts)
+  } catch (err) {
+    if (err instanceof CheckpointStateError) throw err
+    throw new CheckpointStateError(`cannot read checkpoint state from ${dir}: ${(err as Error).message}`)
+  }
+}
+
+async function readInner(dir: string, opts: ReadStateOptions): Promise<ReadStateResult> {
+  const manifestPath = path.join(dir, MANIFEST_FILE)
+  let text: string
+  try {
+    text = await readFile(manifestPath, 'utf8')
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') throw new CheckpointStateError(`missing manifest ${manifestPath}`)
+    throw err
+  }
+  let raw: unknown
+  try {
+    raw = JSON.parse(text)
+  } catch {
+    throw new CheckpointStateError(`${manifestPath} is not JSON`)
+  }
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) throw new CheckpointStateError(`${manifestPath} is not a manifest`)
+  const m = raw as Record<string, unknown>
+  if (m.schema_version !== STATE_SCHEMA_VERSION) throw new CheckpointStateError(`${manifestPath} has an unsupported schema ${JSON.stringify(m.schema_version)}`)
+  if (opts.kind !== undefined && (m.kind !== opts.kind || m.instance !== opts.instance)) {
+    throw new CheckpointStateError(`${manifestPath} belongs to ${String(m.kind)}/${String(m.instance)}, not ${opts.kind}/${opts.instance}`)
+  }
+  if (typeof m.checkpoint_id !== 'string') throw new CheckpointStateError(`${manifestPath} names no checkpoint`)
+  if (typeof m.records_file !== 'string' || !RECORDS_FILE_PATTERN.test(m.records_file)) {
+    throw new CheckpointStateError(`${manifestPath} names an invalid records file ${JSON.stringify(m.records_file)}`)
+  }
+  const recordsPath = path.join(dir, m.records_file)
+  const hash = createHash('sha256')
+  const keys: string[] = []
+  const kept: StoredRecord[] = []
+  let bytes = 0
+  let pending: Buffer[] = []
+  const onLine = (line: Buffer) => {
+    const lineNo = keys.length + 1
+    if (!isUtf8(line)) throw new CheckpointStateError(`${recordsPath} line ${lineNo} holds a record that is not UTF-8`)
+    const lineText = line.toString('utf8')
+    let episodeRaw: unknown
+    let decoded: PyValue | undefined
+    try {
+      // JSON.parse is the fast path; Python's NaN/Infinity tokens fall back to the lenient reader.
+      const fast = JSON.parse(lineText) as unknown
+      if (fast === null || typeof fast !== 'object' || Array.isArray(fast)) throw new CheckpointStateError(`${recordsPath} line ${lineNo}: checkpoint record has no valid episode_id`)
+      episodeRaw = (fast as Record<string, unknown>).episode_id
+    } catch (err) {
+      if (err instanceof CheckpointStateError) throw err
+      try {
+        decoded = pyLoads(lineText)
+      } catch {
+        throw new CheckpointStateError(`${recordsPath} line ${lineNo} holds a record that is not JSON`)
+      }
+      if (!isPyDict(decoded)) throw new CheckpointStateError(`${recordsPath} line ${lineNo}: checkpoint record has no valid episode_id`)
+      const e = pyGet(decoded, 'episode_id')
+      episodeRaw = e instanceof Map ? Object.fromEntries(e) : e
+    }
+    const ep = EpisodeIdWire.safeParse(episodeRaw)
+    if (!ep.success) throw new CheckpointStateError(`${recordsPath} line ${lineNo}: checkpoint record has no valid episode_id`)
+    const key = captureKey(fromWire(ep.data))
+    keys.push(key)
+    if (opts.keep?.has(key)) {
+      const rec = decoded ?? pyLoads(lineText)
+      kept.push({key, record: rec as Map<string, PyValue>})
+    }
+  }
+  const stream = createReadStream(recordsPath, {highWaterMark: READ_CHUNK})
+  for await (const chunk of stream as AsyncIterable<Buffer>) {
+    hash.update(chunk)
+    bytes += chunk.length
+    let start = 0
+    for (;;) {
+      const nl = chunk.indexOf(0x0a, start)
+      if (nl < 0) break
+      const piece = chunk.subarray(start, nl)
+      if (pending.length) {
+        pending.push(piece)
+        onLine(Buffer.concat(pending))
+        pending = []
+      } else onLine(piece)
+      start = nl + 1
+    }
+    if (start < chunk.length) pending.push(chunk.subarray(start))
+  }
+  if (pending.length) onLine(Buffer.concat(pending))
+  const sha = hash.digest('hex')
+  if (m.records_sha256 !== sha) throw new CheckpointStateError(`${recordsPath} does not match its manifest digest`)
+  if (m.record_count !== keys.length) throw new CheckpointStateError(`${manifestPath} expects ${JSON.stringify(m.record_count)} records, found ${keys.length}`)
+  return {dir, manifest: m as ParticipantManifest, keys, kept, bytes}
+}

@@ -1,0 +1,166 @@
+import {readFile, readdir, stat} from 'node:fs/promises'
+import path from 'node:path'
+import {z} from 'zod'
+
+import {EpisodeIdWire, SAFE_ID_PATTERN} from '../protocol/episode.js'
+import {ParticipantManifest} from '../protocol/wire.js'
+import {CheckpointStateError} from './errors.js'
+import {createExclusive, fsyncDir, replaceAtomic} from './fsutil.js'
+
+/** The controller's own manifest, created in a checkpoint directory only after every commit succeeded. */
+export const CONTROLLER_MANIFEST = 'gymckpt.json'
+/** Gym's own rollout-collection controller writes this one; we read it too. */
+export const GYM_COLLECTION_MANIFEST = 'collection.json'
+export const LATEST_FILE = 'LATEST'
+export const FORMAT_VERSION = 1
+
+export const ControllerManifest = z.object({
+  format_version: z.literal(FORMAT_VERSION),
+  checkpoint_id: z.string().regex(SAFE_ID_PATTERN),
+  created_at: z.number(),
+  continued: z.array(EpisodeIdWire),
+  restarted: z.array(EpisodeIdWire),
+  participants: z.array(
+    z.object({server: z.string(), kind: z.string(), instance: z.string(), manifest: ParticipantManifest, episode_ids: z.array(z.string())}),
+  ),
+})
+export type ControllerManifest = z.infer<typeof ControllerManifest>
+
+export const GymCollectionManifest = z.looseObject({
+  checkpoint_id: z.string(),
+  run_id: z.string().optional(),
+  created_at: z.number(),
+  continued: z.array(EpisodeIdWire),
+  restarted: z.array(EpisodeIdWire).default([]),
+})
+
+/** What either manifest says, in one shape. */
+export interface CheckpointSummary {
+  source: typeof CONTROLLER_MANIFEST | typeof GYM_COLLECTION_MANIFEST
+  checkpointId: string
+  createdAt: number
+  continued: EpisodeIdWire[]
+  restarted: EpisodeIdWire[]
+  participants: ControllerManifest['participants'] | null
+}
+
+export async function writeControllerManifest(checkpointDir: string, m: ControllerManifest): Promise<void> {
+  const target = path.join(checkpointDir, CONTROLLER_MANIFEST)
+  const created = await createExclusive(target, JSON.stringify(m, null, 1) + '\n')
+  if (!created) {
+    const existing = await readFile(target, 'utf8')
+    throw new CheckpointStateError(`${target} already exists (${existing.length} bytes); a published checkpoint is never rewritten`)
+  }
+  await fsyncDir(checkpointDir)
+}
+
+/** Publication: LATEST is replaced atomically, so readers see the old or the new ID, never half. */
+export async function publishLatest(root: string, checkpointId: string): Promise<void> {
+  await replaceAtomic(path.join(root, LATEST_FILE), checkpointId)
+}
+
+export async function readLatest(root: string): Promise<string | null> {
+  let text: string
+  try {
+    text = await readFile(path.join(root, LATEST_FILE), 'utf8')
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null
+    throw err
+  }
+  const id = text.trim()
+  if (!SAFE_ID_PATTERN.test(id)) throw new CheckpointStateError(`${path.join(root, LATEST_FILE)} names no valid checkpoint ID: ${JSON.stringify(text.slice(0, 80))}`)
+  return id
+}
+
+async function readJsonIfExists(file: string): Promise<unknown | undefined> {
+  let text: string
+  try {
+    text = await readFile(file, 'utf8')
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined
+    throw new CheckpointStateError(`cannot read ${file}: ${(err as Error).message}`)
+  }
+  try {
+    return JSON.parse(text)
+  } catch {
+    throw new CheckpointStateError(`${file} is not JSON`)
+  }
+}
+
+/** Reads the controller manifest of a checkpoint directory (ours, else Gym's), or null if none. */
+export async function readCheckpointSummary(checkpointDir: string): Promise<CheckpointSummary | null> {
+  const ours = await readJsonIfExists(path.join(checkpointDir, CONTROLLER_MANIFEST))
+  if (ours !== undefined) {
+    const p = ControllerManifest.safeParse(ours)
+    if (!p.success) throw new CheckpointStateError(`${path.join(checkpointDir, CONTROLLER_MANIFEST)} is not a gymckpt manifest: ${describeIssue(p.error)}`)
+    const m = p.data
+    return {source: CONTROLLER_MANIFEST, checkpointId: m.checkpoint_id, createdAt: m.created_at, continued: m.continued, restarted: m.restarted, participants: m.participants}
+  }
+  const gym = await readJsonIfExists(path.join(checkpointDir, GYM_COLLECTION_MANIFEST))
+  if (gym !== undefined) {
+    const p = GymCollectionManifest.safeParse(gym)
+    if (!p.success) throw new CheckpointStateError(`${path.join(checkpointDir, GYM_COLLECTION_MANIFEST)} is not a Gym collection manifest: ${describeIssue(p.error)}`)
+    const m = p.data
+    return {source: GYM_COLLECTION_MANIFEST, checkpointId: m.checkpoint_id, createdAt: m.created_at, continued: m.continued, restarted: m.restarted, participants: null}
+  }
+  return null
+}
+
+export function describeIssue(err: z.ZodError): string {
+  const i = err.issues[0]
+  return i ? `${i.path.join('.') || '(root)'}: ${i.message}` : 'invalid'
+}
+
+export interface ResolvedCheckpoint {
+  /** The checkpoint root, when the path given was one (it holds LATEST). */
+  root: string | null
+  checkpointDir: string
+  checkpointId: string
+}
+
+/**
+ * Accepts a checkpoint root (follows LATEST, or `id` when given) or a checkpoint directory itself.
+ */
+export async function resolveCheckpoint(location: string, id?: string): Promise<ResolvedCheckpoint> {
+  const abs = path.resolve(location)
+  let st
+  try {
+    st = await stat(abs)
+  } catch {
+    throw new CheckpointStateError(`${abs} does not exist`)
+  }
+  if (!st.isDirectory()) throw new CheckpointStateError(`${abs} is not a directory`)
+  if (id !== undefined) {
+    if (!SAFE_ID_PATTERN.test(id)) throw new CheckpointStateError(`'${id}' is not a valid checkpoint ID`)
+    return {root: abs, checkpointDir: path.join(abs, id), checkpointId: id}
+  }
+  const latest = await readLatest(abs)
+  if (latest !== null) return {root: abs, checkpointDir: path.join(abs, latest), checkpointId: latest}
+  const entries = await readdir(abs)
+  if (entries.includes('gym') || entries.includes(CONTROLLER_MANIFEST) || entries.includes(GYM_COLLECTION_MANIFEST)) {
+    return {root: null, checkpointDir: abs, checkpointId: path.basename(abs)}
+  }
+  throw new CheckpointStateError(`${abs} is neither a checkpoint root (no ${LATEST_FILE}) nor a checkpoint directory (no gym/ or manifest)`)
+}
+
+/** Lists gym/<kind>/<instance> participant directories of a checkpoint directory. */
+export async function listParticipantDirs(checkpointDir: string): Promise<{kind: string; instance: string; dir: string}[]> {
+  const gym = path.join(checkpointDir, 'gym')
+  let kinds: string[]
+  try {
+    kinds = await readdir(gym)
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return []
+    throw new CheckpointStateError(`cannot read ${gym}: ${(err as Error).message}`)
+  }
+  const out: {kind: string; instance: string; dir: string}[] = []
+  for (const kind of kinds.sort()) {
+    const kdir = path.join(gym, kind)
+    if (!(await stat(kdir)).isDirectory()) continue
+    for (const instance of (await readdir(kdir)).sort()) {
+      const dir = path.join(kdir, instance)
+      if ((await stat(dir)).isDirectory()) out.push({kind, instance, dir})
+    }
+  }
+  return out
+}
