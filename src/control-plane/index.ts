@@ -1,0 +1,6 @@
+export * from './control-plane.js'
+export * from './faults.js'
+export * from './fleet.js'
+export * from './head.js'
+export * from './server.js'
+export * from './sim.js'

@@ -1,0 +1,61 @@
+/** A FIFO async mutex: the control plane serialises every transition through one. */
+export class Mutex {
+  private tail: Promise<void> = Promise.resolve()
+
+  run<T>(fn: () => Promise<T> | T): Promise<T> {
+    const result = this.tail.then(fn)
+    this.tail = result.then(
+      () => {},
+      () => {},
+    )
+    return result
+  }
+}
+
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason)
+    const t = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort)
+      resolve()
+    }, ms)
+    const onAbort = () => {
+      clearTimeout(t)
+      reject(signal!.reason)
+    }
+    signal?.addEventListener('abort', onAbort, {once: true})
+  })
+}
+
+/** Resolves to 'timeout' once `deadlineMs` (epoch ms) passes, unless `p` settles first. */
+export async function raceDeadline<T>(p: Promise<T>, deadlineMs: number): Promise<{value: T} | 'timeout'> {
+  const left = deadlineMs - Date.now()
+  if (left <= 0) return 'timeout'
+  let timer: NodeJS.Timeout | undefined
+  try {
+    return await Promise.race([p.then((value) => ({value})), new Promise<'timeout'>((r) => (timer = setTimeout(() => r('timeout'), left)))])
+  } finally {
+    clearTimeout(timer)
+  }
+}
+
+/** A set of waiters woken on every change; `wait` resolves at the next change or after `ms`. */
+export class Notifier {
+  private waiters = new Set<() => void>()
+  notify(): void {
+    const w = [...this.waiters]
+    this.waiters.clear()
+    for (const f of w) f()
+  }
+  wait(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(t)
+        this.waiters.delete(done)
+        resolve()
+      }
+      const t = setTimeout(done, Math.max(0, ms))
+      this.waiters.add(done)
+    })
+  }
+}
