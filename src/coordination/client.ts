@@ -1,0 +1,115 @@
+import {Agent, Dispatcher, errors as undiciErrors, request} from 'undici'
+import {z} from 'zod'
+
+import {parseErrorBody} from '../protocol/errors.js'
+import {CHECKPOINT_ROUTE_PREFIX, Operation, REPLY_SCHEMAS, ReplyOf, StatusReply} from '../protocol/wire.js'
+import {ParticipantFailure} from './errors.js'
+
+export interface ServerRef {
+  name: string
+  url: string
+}
+
+export type CallResult<T> = {ok: true; server: string; reply: T} | {ok: false; failure: ParticipantFailure}
+
+export interface ControlClientOptions {
+  token: string
+  /** Connections kept per participant. */
+  connections?: number
+  /** Extra seconds a call may take past its deadline, for the reply in flight (Gym: 5). */
+  replyGraceSeconds?: number
+}
+
+/**
+ * Control calls on one dedicated keep-alive dispatcher, never shared with data-plane traffic, so
+ * /run calls parked during a checkpoint cannot starve prepare, commit or resume.
+ */
+export class ControlClient {
+  readonly dispatcher: Dispatcher
+  private readonly auth: string
+  private readonly grace: number
+
+  constructor(opts: ControlClientOptions) {
+    if (!opts.token) throw new Error('a control token is required')
+    this.auth = `Bearer ${opts.token}`
+    this.grace = opts.replyGraceSeconds ?? 5
+    this.dispatcher = new Agent({connections: opts.connections ?? 8, keepAliveTimeout: 30_000, keepAliveMaxTimeout: 600_000, pipelining: 1})
+  }
+
+  async close(): Promise<void> {
+    await this.dispatcher.close().catch(() => {})
+  }
+
+  /** Per-call timeout: time left to the deadline plus the reply grace. */
+  timeoutMs(deadlineTs: number): number {
+    return Math.max(deadlineTs * 1000 - Date.now(), 0) + this.grace * 1000
+  }
+
+  /** POSTs the same pre-encoded body bytes to one participant. */
+  async call<O extends Operation>(server: ServerRef, op: O, body: Buffer, deadlineTs: number, signal?: AbortSignal): Promise<CallResult<ReplyOf<O>>> {
+    return this.exchange(server, 'POST', op, body, this.timeoutMs(deadlineTs), REPLY_SCHEMAS[op] as unknown as z.ZodType<ReplyOf<O>>, signal)
+  }
+
+  async status(server: ServerRef, timeoutMs: number, signal?: AbortSignal): Promise<CallResult<StatusReply>> {
+    return this.exchange(server, 'GET', 'status', undefined, timeoutMs, StatusReply, signal)
+  }
+
+  private async exchange<T>(
+    server: ServerRef,
+    method: 'GET' | 'POST',
+    route: string,
+    body: Buffer | undefined,
+    timeoutMs: number,
+    schema: z.ZodType<T>,
+    outer?: AbortSignal,
+  ): Promise<CallResult<T>> {
+    const fail = (status: number | null, code: string | null, message: string): CallResult<T> => ({ok: false, failure: {server: server.name, status, code, message}})
+    const timeout = AbortSignal.timeout(Math.max(1, Math.ceil(timeoutMs)))
+    const signal = outer ? AbortSignal.any([timeout, outer]) : timeout
+    let res: Dispatcher.ResponseData
+    let text: string
+    try {
+      res = await request(`${server.url.replace(/\/$/, '')}${CHECKPOINT_ROUTE_PREFIX}/${route}`, {
+        method,
+        dispatcher: this.dispatcher,
+        headers: body ? {authorization: this.auth, 'content-type': 'application/json'} : {authorization: this.auth},
+        body,
+        signal,
+      })
+      text = await res.body.text()
+    } catch (err) {
+      if (timeout.aborted) return fail(null, 'timeout', `no reply within ${(timeoutMs / 1000).toFixed(1)} seconds`)
+      if (outer?.aborted) return fail(null, 'interrupted', 'interrupted')
+      return fail(null, 'connection', describeTransportError(err))
+    }
+    if (res.statusCode !== 200) {
+      const e = parseErrorBody(text)
+      return fail(res.statusCode, e.code, e.detail)
+    }
+    let json: unknown
+    try {
+      json = JSON.parse(text)
+    } catch {
+      return fail(200, 'bad_reply', `reply is not JSON: ${text.slice(0, 200)}`)
+    }
+    const parsed = schema.safeParse(json)
+    if (!parsed.success) {
+      const i = parsed.error.issues[0]
+      return fail(200, 'bad_reply', `unexpected ${route} reply: ${i?.path.join('.') || '(root)'}: ${i?.message}`)
+    }
+    return {ok: true, server: server.name, reply: parsed.data}
+  }
+}
+
+export function describeTransportError(err: unknown): string {
+  const e = err as NodeJS.ErrnoException & {cause?: NodeJS.ErrnoException}
+  const code = e.cause?.code ?? e.code
+  if (code === 'ECONNREFUSED') return 'connection refused (is the server running?)'
+  if (code === 'ECONNRESET' || err instanceof undiciErrors.SocketError) return 'connection closed before a reply'
+  if (code === 'ENOTFOUND') return 'host not found'
+  return (e.cause?.message ?? e.message ?? String(err)).slice(0, 200)
+}
+
+export function isConnectionFailure(f: ParticipantFailure): boolean {
+  return f.status === null && f.code === 'connection'
+}

@@ -1,0 +1,53 @@
+/** Stable error codes of the controller; the CLI maps each to an exit code (src/cli/exit-codes.ts). */
+export type ControllerErrorCode =
+  | 'input' // bad flag value, file, or episode list
+  | 'discovery' // a server could not be probed, unknown kind, no model
+  | 'unauthorized' // a participant refused the token
+  | 'participant' // a participant refused or failed an operation
+  | 'not_prepared' // prepare missed its deadline with blockers
+  | 'invalid_checkpoint' // checkpoint state on disk is invalid
+  | 'interrupted' // SIGINT/SIGTERM; the fleet was resumed
+
+export class ControllerError extends Error {
+  constructor(
+    readonly code: ControllerErrorCode,
+    message: string,
+    readonly details?: unknown,
+  ) {
+    super(message)
+    this.name = 'ControllerError'
+  }
+}
+
+/** One server's failure in a fan-out. */
+export interface ParticipantFailure {
+  server: string
+  /** HTTP status, or null when no reply came (refused, reset, timed out). */
+  status: number | null
+  /** The participant's error code (`stale_checkpoint`, …), `validation_error`, `timeout`, `connection`, or null. */
+  code: string | null
+  message: string
+}
+
+export function failureMessage(f: ParticipantFailure): string {
+  return f.status === null ? f.message : `HTTP ${f.status} ${f.code ?? ''} ${f.message}`.replace(/\s+/g, ' ').trim()
+}
+
+/** A fan-out stage in which some participants failed; every failure is kept. */
+export class CoordinationError extends ControllerError {
+  constructor(
+    readonly operation: string,
+    readonly failures: ParticipantFailure[],
+    hint?: string,
+  ) {
+    const sorted = [...failures].sort((a, b) => a.server.localeCompare(b.server))
+    const body = sorted.map((f) => `${f.server}: ${failureMessage(f)}`).join('; ')
+    const unauthorized = failures.length > 0 && failures.every((f) => f.code === 'unauthorized')
+    super(
+      unauthorized ? 'unauthorized' : operation === 'discover' ? 'discovery' : 'participant',
+      `checkpoint ${operation} failed on ${failures.length} participant(s): ${body}${hint ? `. ${hint}` : ''}`,
+      sorted,
+    )
+    this.name = 'CoordinationError'
+  }
+}

@@ -1,0 +1,6 @@
+export * from './client.js'
+export * from './controller.js'
+export * from './discover.js'
+export * from './errors.js'
+export * from './operations.js'
+export * from './runs.js'

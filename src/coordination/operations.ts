@@ -1,0 +1,217 @@
+import {EpisodeId, captureKey, fromCaptureKey, nextAttempt, sameEpisode, toWire} from '../protocol/episode.js'
+import {Kind, Operation, PrepareReply, ReplyOf} from '../protocol/wire.js'
+import {ControlClient} from './client.js'
+import {KIND_ORDER, Participant, sortParticipants} from './discover.js'
+import {ControllerError, CoordinationError, ParticipantFailure} from './errors.js'
+
+export const PREPARE_ORDER: readonly Kind[] = KIND_ORDER
+/** Callers before the servers they call. */
+export const RETIRE_ORDER: readonly (readonly Kind[])[] = [['environment'], ['agent'], ['model', 'resources']]
+
+export interface Coordinator {
+  client: ControlClient
+  participants: Participant[]
+  signal?: AbortSignal
+  /** Told when a stage starts and finishes (progress rendering lives in the CLI). */
+  onStage?: (e: {operation: string; stage: string; servers: string[]; done?: boolean; failures?: number}) => void
+}
+
+/** Encodes a fan-out body once; the same bytes go to every member of every stage. */
+export function encodeBody(body: Record<string, unknown>): Buffer {
+  return Buffer.from(JSON.stringify(body), 'utf8')
+}
+
+export interface StageResult<O extends Operation> {
+  replies: Map<string, ReplyOf<O>>
+  failures: ParticipantFailure[]
+}
+
+/** Calls every member concurrently, waits for all, and collects every failure. */
+export async function fanOut<O extends Operation>(c: Coordinator, op: O, members: Participant[], body: Buffer, deadlineTs: number, stage = 'all'): Promise<StageResult<O>> {
+  const servers = members.map((m) => m.server)
+  c.onStage?.({operation: op, stage, servers})
+  const results = await Promise.all(members.map((m) => c.client.call({name: m.server, url: m.url}, op, body, deadlineTs, c.signal)))
+  const replies = new Map<string, ReplyOf<O>>()
+  const failures: ParticipantFailure[] = []
+  for (const r of results) {
+    if (r.ok) replies.set(r.server, r.reply)
+    else failures.push(r.failure)
+  }
+  c.onStage?.({operation: op, stage, servers, done: true, failures: failures.length})
+  return {replies, failures}
+}
+
+function stagesOf(participants: Participant[], order: readonly (readonly Kind[])[]): {name: string; members: Participant[]}[] {
+  return order
+    .map((kinds) => ({name: kinds.join('+'), members: sortParticipants(participants.filter((p) => kinds.includes(p.kind)))}))
+    .filter((s) => s.members.length > 0)
+}
+
+// ---------------------------------------------------------------- prepare
+
+export class PrepareResult {
+  constructor(
+    readonly checkpointId: string,
+    readonly prepared: boolean,
+    readonly replies: Map<string, PrepareReply>,
+    /** Stages never called because an earlier one was not ready. */
+    readonly notReached: string[],
+  ) {}
+
+  /** `{server: blockers}` for every participant that did not reach `prepared`. */
+  blockers(): Record<string, {blockers: string[]; blockerCount: number}> {
+    const out: Record<string, {blockers: string[]; blockerCount: number}> = {}
+    for (const [server, r] of this.replies) {
+      if (r.phase !== 'prepared') out[server] = {blockers: r.report.blockers, blockerCount: r.report.blocker_count ?? r.report.blockers.length}
+    }
+    return out
+  }
+
+  /** Every reported restart, from prepared participants too. */
+  restarts(): EpisodeId[] {
+    return restartsOf([...this.replies.values()].map((r) => r.report.restarts))
+  }
+
+  /** The controller's episodes, in its order, minus the restarts: the commit scope. */
+  continued(episodes: EpisodeId[]): EpisodeId[] {
+    return continuedOf(episodes, this.restarts())
+  }
+}
+
+export function restartsOf(lists: string[][]): EpisodeId[] {
+  const out: EpisodeId[] = []
+  const seen = new Set<string>()
+  for (const list of lists) {
+    for (const k of list) {
+      if (seen.has(k)) continue
+      seen.add(k)
+      try {
+        out.push(fromCaptureKey(k))
+      } catch (err) {
+        throw new ControllerError('participant', `a participant reported a restart '${k}' that is not a valid capture key: ${(err as Error).message}`)
+      }
+    }
+  }
+  return out
+}
+
+export function continuedOf(episodes: EpisodeId[], restarts: EpisodeId[]): EpisodeId[] {
+  return episodes.filter((e) => !restarts.some((r) => sameEpisode(r, e)))
+}
+
+/** Prepares stage by stage (environment, model, agent, resources), stopping at the first not ready. */
+export async function prepare(c: Coordinator, checkpointId: string, deadlineTs: number): Promise<PrepareResult> {
+  const body = encodeBody({checkpoint_id: checkpointId, deadline_ts: deadlineTs})
+  const replies = new Map<string, PrepareReply>()
+  const stages = stagesOf(c.participants, PREPARE_ORDER.map((k) => [k]))
+  for (let i = 0; i < stages.length; i++) {
+    const s = stages[i]!
+    const r = await fanOut(c, 'prepare', s.members, body, deadlineTs, s.name)
+    if (r.failures.length) throw new CoordinationError('prepare', r.failures, `resume checkpoint '${checkpointId}' before preparing again`)
+    for (const [k, v] of r.replies) replies.set(k, v)
+    if ([...r.replies.values()].some((v) => v.phase !== 'prepared')) {
+      return new PrepareResult(checkpointId, false, replies, stages.slice(i + 1).flatMap((x) => x.members.map((m) => m.server)))
+    }
+  }
+  return new PrepareResult(checkpointId, true, replies, [])
+}
+
+// ---------------------------------------------------------------- one-shot fan-outs
+
+async function all<O extends Operation>(c: Coordinator, op: O, body: Record<string, unknown>, deadlineTs: number, hint?: string): Promise<Map<string, ReplyOf<O>>> {
+  const r = await fanOut(c, op, c.participants, encodeBody(body), deadlineTs)
+  if (r.failures.length) throw new CoordinationError(op, r.failures, hint)
+  return r.replies
+}
+
+export function renew(c: Coordinator, checkpointId: string, deadlineTs: number) {
+  return all(c, 'renew', {checkpoint_id: checkpointId, deadline_ts: deadlineTs}, deadlineTs)
+}
+
+/** `episodes` null omits the scope (participants then export every live episode they hold). */
+export function commit(c: Coordinator, checkpointId: string, checkpointDir: string, episodes: EpisodeId[] | null, deadlineTs: number) {
+  const body: Record<string, unknown> = {checkpoint_id: checkpointId, deadline_ts: deadlineTs, checkpoint_dir: checkpointDir}
+  if (episodes) body.episode_ids = episodes.map(toWire)
+  return all(c, 'commit', body, deadlineTs, `retry the commit with the same directory and scope, or resume '${checkpointId}' and prepare a new checkpoint`)
+}
+
+/** Resumes in reverse prepare order, going on past failures; raises them all at the end. */
+export async function resume(c: Coordinator, checkpointId: string, deadlineTs: number): Promise<Map<string, ReplyOf<'resume'>>> {
+  const body = encodeBody({checkpoint_id: checkpointId, deadline_ts: deadlineTs})
+  const replies = new Map<string, ReplyOf<'resume'>>()
+  const failures: ParticipantFailure[] = []
+  for (const s of stagesOf(c.participants, [...PREPARE_ORDER].reverse().map((k) => [k]))) {
+    const r = await fanOut(c, 'resume', s.members, body, deadlineTs, s.name)
+    for (const [k, v] of r.replies) replies.set(k, v)
+    failures.push(...r.failures)
+  }
+  if (failures.length) throw new CoordinationError('resume', failures, `resume '${checkpointId}' again; an unreachable participant resumes itself when its lease expires`)
+  return replies
+}
+
+async function staged<O extends 'retire' | 'forget'>(c: Coordinator, op: O, body: Buffer, deadlineTs: number): Promise<Map<string, ReplyOf<O>>> {
+  const replies = new Map<string, ReplyOf<O>>()
+  for (const s of stagesOf(c.participants, RETIRE_ORDER)) {
+    const r = await fanOut(c, op, s.members, body, deadlineTs, s.name)
+    if (r.failures.length) throw new CoordinationError(op, r.failures, `${op} is refused while a checkpoint is open: resume first, then ${op} again`)
+    for (const [k, v] of r.replies) replies.set(k, v)
+  }
+  return replies
+}
+
+export const RETIRE_BATCH = 1024
+
+/** Retires callers before callees, in batches; an empty list makes no call. */
+export async function retire(c: Coordinator, checkpointId: string, episodes: EpisodeId[], deadlineTs: number): Promise<number> {
+  let n = 0
+  for (let i = 0; i < episodes.length; i += RETIRE_BATCH) {
+    const batch = episodes.slice(i, i + RETIRE_BATCH)
+    await staged(c, 'retire', encodeBody({checkpoint_id: checkpointId, deadline_ts: deadlineTs, episode_ids: batch.map(toWire)}), deadlineTs)
+    n += batch.length
+  }
+  return n
+}
+
+export async function forget(c: Coordinator, checkpointId: string, rolloutIds: string[], deadlineTs: number): Promise<number> {
+  const ids = [...new Set(rolloutIds)].sort()
+  for (let i = 0; i < ids.length; i += RETIRE_BATCH) {
+    await staged(c, 'forget', encodeBody({checkpoint_id: checkpointId, deadline_ts: deadlineTs, rollout_ids: ids.slice(i, i + RETIRE_BATCH)}), deadlineTs)
+  }
+  return ids.length
+}
+
+export interface RestoreOutcome {
+  replies: Map<string, ReplyOf<'restore'>>
+  /** Replacement attempts (checkpointed attempt + 1) the controller dispatches next. */
+  replacements: EpisodeId[]
+}
+
+/**
+ * Restores all or nothing. On any failure the replacement attempts are retired everywhere and
+ * every participant is resumed; then the restore's own error is raised, never a cleanup error.
+ */
+export async function restore(c: Coordinator, restoreId: string, checkpointDir: string, episodes: EpisodeId[], deadlineTs: number, log?: (m: string) => void): Promise<RestoreOutcome> {
+  const body = encodeBody({checkpoint_id: restoreId, deadline_ts: deadlineTs, checkpoint_dir: checkpointDir, episode_ids: episodes.map(toWire)})
+  const r = await fanOut(c, 'restore', c.participants, body, deadlineTs)
+  if (r.failures.length) {
+    const error = new CoordinationError('restore', r.failures, 'the fleet was cleaned up and resumed; start the continued rollouts over from their inputs at attempt + 2, or fix the checkpoint and restore into fresh processes')
+    const cleanupDeadline = Math.max(deadlineTs, Date.now() / 1000 + 30)
+    const cleanup: Coordinator = {...c, signal: undefined}
+    try {
+      await retire(cleanup, restoreId, episodes.map(nextAttempt), cleanupDeadline)
+    } catch (err) {
+      log?.(`restore cleanup: retire of the replacement attempts failed: ${(err as Error).message}`)
+    }
+    try {
+      await resume(cleanup, restoreId, cleanupDeadline)
+    } catch (err) {
+      log?.(`restore cleanup: resume failed: ${(err as Error).message}`)
+    }
+    throw error
+  }
+  return {replies: r.replies, replacements: episodes.map(nextAttempt)}
+}
+
+export function keysOf(episodes: EpisodeId[]): string[] {
+  return episodes.map(captureKey)
+}
