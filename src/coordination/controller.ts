@@ -40,6 +40,33 @@ export class LeaseKeeper {
   }
 }
 
+/**
+ * Prepares; when a stage misses its deadline, resumes every participant (unless keepClosed) and
+ * raises `not_prepared` with each server's blockers.
+ */
+export async function prepareOrAbort(c: Coordinator, id: string, deadlineTs: number, opts: {keepClosed?: boolean; log?: Log} = {}): Promise<PrepareResult> {
+  const prep = await prepare(c, id, deadlineTs)
+  if (prep.prepared) return prep
+  if (!opts.keepClosed) {
+    try {
+      await resume({...c, signal: undefined}, id, Math.max(deadlineTs, Date.now() / 1000 + 30))
+    } catch (err) {
+      opts.log?.(`resume of '${id}' after the missed prepare failed: ${(err as Error).message}`)
+    }
+  }
+  const blockers = prep.blockers()
+  const list = Object.entries(blockers)
+    .map(([s, b]) => `${s}: ${b.blockerCount} (${b.blockers.slice(0, 5).join(', ')}${b.blockerCount > 5 ? ', …' : ''})`)
+    .join('; ')
+  throw new ControllerError(
+    'not_prepared',
+    `checkpoint '${id}' was not prepared before its deadline; blockers: ${list}. ${
+      opts.keepClosed ? `The fleet is left closed: resume '${id}' when done inspecting.` : 'The fleet was resumed; retire the blockers or wait, then checkpoint again under a new ID.'
+    }`,
+    {checkpoint_id: id, blockers, not_reached: prep.notReached},
+  )
+}
+
 export interface CommitPlan {
   checkpointId: string
   root: string
@@ -49,7 +76,8 @@ export interface CommitPlan {
   restarts: EpisodeId[]
   deadlineTs: number
   tracker?: RunTracker
-  controllerState?: unknown
+  /** Evaluated once the rollout set is final (after awaited /run replies), stored in gymckpt.json. */
+  controllerState?: () => unknown
   /** Write gymckpt.json and replace LATEST (default true). */
   publish?: boolean
 }
@@ -98,7 +126,7 @@ export async function commitAndPublish(c: Coordinator, plan: CommitPlan): Promis
         return {server: p.server, kind: p.kind, instance: p.instance, manifest: r.manifest, episode_ids: r.episode_ids}
       }),
     }
-    if (plan.controllerState !== undefined) manifest.controller_state = plan.controllerState
+    if (plan.controllerState) manifest.controller_state = plan.controllerState()
     try {
       await writeControllerManifest(checkpointDir, manifest)
       await publishLatest(path.resolve(plan.root), plan.checkpointId)
@@ -144,20 +172,14 @@ export async function checkpoint(c: Coordinator, opts: CheckpointOptions): Promi
   let failed = false
   try {
     phase('prepare', 'start')
-    const prep = await prepare(c, id, deadlineTs)
-    if (!prep.prepared) {
+    // prepareOrAbort resumes by itself when prepare misses its deadline.
+    resumeNeeded = false
+    const prep = await prepareOrAbort(c, id, deadlineTs, {keepClosed: opts.keepClosedOnBlockers, log}).catch((err: unknown) => {
       phase('prepare', 'failed')
-      if (opts.keepClosedOnBlockers) resumeNeeded = false
-      const blockers = prep.blockers()
-      const list = Object.entries(blockers)
-        .map(([s, b]) => `${s}: ${b.blockerCount} (${b.blockers.slice(0, 5).join(', ')}${b.blockerCount > 5 ? ', …' : ''})`)
-        .join('; ')
-      throw new ControllerError(
-        'not_prepared',
-        `checkpoint '${id}' was not prepared before its deadline; blockers: ${list}. ${opts.keepClosedOnBlockers ? `The fleet is left closed: resume '${id}' when done inspecting.` : 'The fleet was resumed; retire the blockers or wait, then checkpoint again.'}`,
-        {blockers},
-      )
-    }
+      if (!(err instanceof ControllerError && err.code === 'not_prepared')) resumeNeeded = true
+      throw err
+    })
+    resumeNeeded = true
     phase('prepare', 'done')
     keeper = new LeaseKeeper(c, id, opts.renewEveryMs ?? 60_000, timeoutS, log).start()
     phase('commit', 'start')
@@ -170,7 +192,7 @@ export async function checkpoint(c: Coordinator, opts: CheckpointOptions): Promi
       restarts,
       deadlineTs,
       tracker: opts.tracker,
-      controllerState: opts.controllerState?.(),
+      controllerState: opts.controllerState,
     })
     phase('commit', 'done')
     return {...outcome, prepare: prep}

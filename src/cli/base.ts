@@ -1,0 +1,128 @@
+import {Command, Flags, Interfaces} from '@oclif/core'
+import chalk from 'chalk'
+
+import {ControlClient} from '../coordination/client.js'
+import {Discovery, FleetSource, discover, parseServerArg, resolveSource} from '../coordination/discover.js'
+import {ControllerError, CoordinationError} from '../coordination/errors.js'
+import {Coordinator} from '../coordination/operations.js'
+import {CheckpointStateError} from '../storage/errors.js'
+import {EXIT, exitCodeHelp} from './exit-codes.js'
+import {DEFAULT_TOKEN_ENV, readToken} from './inputs.js'
+
+export type BaseFlags<T extends typeof Command> = Interfaces.InferredFlags<(typeof BaseCommand)['baseFlags'] & T['flags']>
+export type BaseArgs<T extends typeof Command> = Interfaces.InferredArgs<T['args']>
+
+export const fleetFlags = {
+  head: Flags.string({summary: 'Gym head server URL; servers are read from its global config.', helpGroup: 'FLEET', exclusive: ['server', 'fleet']}),
+  server: Flags.string({summary: 'A server as NAME=URL (repeatable).', multiple: true, helpGroup: 'FLEET', exclusive: ['head', 'fleet']}),
+  fleet: Flags.string({summary: "Fleet YAML file: 'servers: {NAME: URL}'.", helpGroup: 'FLEET', exclusive: ['head', 'server']}),
+  'token-env': Flags.string({summary: 'Environment variable holding the control token.', default: DEFAULT_TOKEN_ENV, helpGroup: 'FLEET'}),
+  'token-file': Flags.string({summary: 'File holding the control token (instead of the environment).', helpGroup: 'FLEET'}),
+  'probe-timeout': Flags.integer({summary: 'Seconds one server may take to answer discovery.', default: 60, min: 1, helpGroup: 'FLEET'}),
+}
+
+export const timeoutFlag = Flags.integer({summary: 'Seconds the operation may take (sets deadline_ts).', default: 300, min: 1})
+
+/**
+ * The shared command base: JSON mode, error → exit code mapping, fleet connection, signals.
+ * Commands stay thin: parse, call one function, render.
+ */
+export abstract class BaseCommand<T extends typeof Command> extends Command {
+  static override enableJsonFlag = true
+  static override baseFlags = {}
+
+  protected flags!: BaseFlags<T>
+  protected args!: BaseArgs<T>
+  private client: ControlClient | null = null
+  private readonly abort = new AbortController()
+  private signalHandlers: [NodeJS.Signals, () => void][] = []
+
+  public override async init(): Promise<void> {
+    await super.init()
+    const {args, flags} = await this.parse({
+      flags: this.ctor.flags,
+      baseFlags: (super.ctor as typeof BaseCommand).baseFlags,
+      enableJsonFlag: this.ctor.enableJsonFlag,
+      args: this.ctor.args,
+      strict: this.ctor.strict,
+    })
+    this.flags = flags as BaseFlags<T>
+    this.args = args as BaseArgs<T>
+  }
+
+  /** Aborted on the first SIGINT/SIGTERM; a second one exits at once. */
+  protected get signal(): AbortSignal {
+    if (this.signalHandlers.length === 0) {
+      for (const sig of ['SIGINT', 'SIGTERM'] as const) {
+        const h = () => {
+          if (this.abort.signal.aborted) process.exit(EXIT.interrupted)
+          process.stderr.write(`\n${sig}: stopping and resuming the fleet (send again to exit at once)\n`)
+          this.abort.abort(new ControllerError('interrupted', `interrupted by ${sig}`))
+        }
+        process.on(sig, h)
+        this.signalHandlers.push([sig, h])
+      }
+    }
+    return this.abort.signal
+  }
+
+  protected fleetSource(flags: {head?: string; server?: string[]; fleet?: string}): FleetSource {
+    if (flags.head) return {type: 'head', url: flags.head}
+    if (flags.fleet) return {type: 'file', path: flags.fleet}
+    if (flags.server?.length) return {type: 'servers', servers: flags.server.map(parseServerArg)}
+    throw new ControllerError('input', 'no fleet given: pass --head URL, --server NAME=URL (repeatable) or --fleet FILE')
+  }
+
+  /** Reads the token, discovers the fleet, and returns a Coordinator over its participants. */
+  protected async connect(onStage?: Coordinator['onStage']): Promise<{coordinator: Coordinator; discovery: Discovery}> {
+    const f = this.flags as unknown as {head?: string; server?: string[]; fleet?: string; 'token-env': string; 'token-file'?: string; 'probe-timeout': number}
+    const source = this.fleetSource(f)
+    const token = await readToken({tokenEnv: f['token-env'], tokenFile: f['token-file']})
+    this.client = new ControlClient({token})
+    const probeTimeoutMs = f['probe-timeout'] * 1000
+    const servers = await resolveSource(source, probeTimeoutMs)
+    const discovery = await discover(this.client, servers, {probeTimeoutMs, signal: this.signal})
+    return {coordinator: {client: this.client, participants: discovery.participants, signal: this.signal, onStage}, discovery}
+  }
+
+  protected override toSuccessJson(result: unknown): unknown {
+    return {ok: true, ...(result as object)}
+  }
+
+  protected override async catch(err: Error & {exitCode?: number; oclif?: {exit?: number}}): Promise<void> {
+    let code: number
+    let name: string
+    let details: unknown
+    if (err instanceof ControllerError) {
+      code = EXIT[err.code]
+      name = err.code
+      details = err instanceof CoordinationError ? {operation: err.operation, failures: err.failures} : err.details
+    } else if (err instanceof CheckpointStateError) {
+      code = EXIT.invalid_checkpoint
+      name = 'invalid_checkpoint'
+    } else if (err.oclif?.exit !== undefined) {
+      // oclif's own errors: flag parsing and validation (exit 2), or an explicit exit.
+      if (err.oclif.exit === 0) throw err
+      code = EXIT.input
+      name = 'input'
+    } else {
+      code = EXIT.internal
+      name = 'internal'
+    }
+    process.exitCode = code
+    if (this.jsonEnabled()) {
+      this.logJson({ok: false, error: {code: name, exit_code: code, message: err.message, ...(details === undefined ? {} : {details})}})
+    } else {
+      process.stderr.write(`${chalk.red('error:')} ${err.message}\n`)
+      if (code === EXIT.internal && err.stack) process.stderr.write(`${err.stack}\n`)
+    }
+  }
+
+  protected override async finally(err: Error | undefined): Promise<void> {
+    for (const [sig, h] of this.signalHandlers) process.off(sig, h)
+    await this.client?.close()
+    await super.finally(err)
+  }
+}
+
+export const EXIT_CODES_HELP = `EXIT CODES\n${exitCodeHelp()}`

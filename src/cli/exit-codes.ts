@@ -1,0 +1,32 @@
+import {ControllerErrorCode} from '../coordination/errors.js'
+
+/** The one exit-code table; `--help` and the README print it from here. */
+export const EXIT = {
+  ok: 0,
+  internal: 1,
+  input: 2,
+  discovery: 3,
+  participant: 4,
+  not_prepared: 5,
+  invalid_checkpoint: 6,
+  unauthorized: 7,
+  interrupted: 130,
+} as const satisfies Record<ControllerErrorCode | 'ok' | 'internal', number>
+
+export const EXIT_DESCRIPTIONS: Record<keyof typeof EXIT, string> = {
+  ok: 'success',
+  internal: 'unexpected internal error (a bug: please report it)',
+  input: 'invalid flag, file, token source or episode list; nothing was sent',
+  discovery: 'discovery failed: a server is down or silent, reports an unknown kind, or there is no policy model',
+  participant: 'a participant refused or failed the operation (see the per-server errors)',
+  not_prepared: 'prepare missed its deadline with blockers (the fleet was resumed unless --keep-closed)',
+  invalid_checkpoint: 'the checkpoint on disk is invalid or could not be written',
+  unauthorized: 'a participant refused the control token',
+  interrupted: 'interrupted by SIGINT/SIGTERM; the fleet was resumed',
+}
+
+export function exitCodeHelp(): string {
+  return Object.entries(EXIT)
+    .map(([k, v]) => `  ${String(v).padStart(3)}  ${EXIT_DESCRIPTIONS[k as keyof typeof EXIT]}`)
+    .join('\n')
+}

@@ -1,0 +1,36 @@
+import chalk from 'chalk'
+
+import {EpisodeId, captureKey} from '../protocol/episode.js'
+
+/** Human output: tables on stdout, notes and progress on stderr. */
+export function table(rows: Record<string, unknown>[], columns: string[]): string {
+  if (rows.length === 0) return '(none)'
+  const cells = rows.map((r) => columns.map((c) => fmt(r[c])))
+  const widths = columns.map((c, i) => Math.max(c.length, ...cells.map((row) => row[i]!.length)))
+  const line = (vals: string[]) => vals.map((v, i) => v.padEnd(widths[i]!)).join('  ').trimEnd()
+  return [chalk.bold(line(columns.map((c) => c.toUpperCase()))), ...cells.map(line)].join('\n')
+}
+
+function fmt(v: unknown): string {
+  if (v === null || v === undefined) return '-'
+  if (typeof v === 'boolean') return v ? 'yes' : 'no'
+  if (Array.isArray(v)) return v.length ? v.join(',') : '-'
+  return String(v)
+}
+
+export function note(msg: string): void {
+  process.stderr.write(`${msg}\n`)
+}
+
+export function warn(msg: string): void {
+  process.stderr.write(`${chalk.yellow('warning:')} ${msg}\n`)
+}
+
+export function keys(episodes: EpisodeId[], max = 20): string {
+  const k = episodes.map(captureKey)
+  return k.length <= max ? k.join(', ') || '(none)' : `${k.slice(0, max).join(', ')} … (+${k.length - max})`
+}
+
+export function episodesJson(episodes: EpisodeId[]): {rollout_id: string; attempt: number}[] {
+  return episodes.map((e) => ({rollout_id: e.rolloutId, attempt: e.attempt}))
+}

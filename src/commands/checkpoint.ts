@@ -1,0 +1,60 @@
+import {Flags} from '@oclif/core'
+
+import {BaseCommand, EXIT_CODES_HELP, fleetFlags, timeoutFlag} from '../cli/base.js'
+import {readEpisodes} from '../cli/inputs.js'
+import {episodesJson, keys, note, warn} from '../cli/output.js'
+import {withProgress} from '../cli/progress.js'
+import {checkpoint} from '../coordination/controller.js'
+
+export default class Checkpoint extends BaseCommand<typeof Checkpoint> {
+  static override summary = 'One-shot checkpoint: prepare, commit, publish, resume.'
+  static override description = `Prepares in Gym's order, commits continued(episodes) into ROOT/ID, writes gymckpt.json, replaces
+ROOT/LATEST, and resumes. Whatever fails after prepare, and on SIGINT/SIGTERM, every participant
+is resumed before the command exits. Leases are renewed while it runs. Progress goes to stderr.\n\n${EXIT_CODES_HELP}`
+  static override examples = [
+    '<%= config.bin %> checkpoint --fleet fleet.yaml --root /shared/ckpt --episodes inflight.txt',
+    '<%= config.bin %> checkpoint --head http://head:11000 --root /shared/ckpt --json',
+  ]
+  static override flags = {
+    ...fleetFlags,
+    root: Flags.string({summary: 'Checkpoint root; the checkpoint goes to ROOT/ID.', required: true}),
+    id: Flags.string({summary: 'Checkpoint ID (default: a new ckpt-<time>-<hex>).'}),
+    episodes: Flags.string({summary: "File of the episodes the controller continues ('-' for stdin); default: no scope."}),
+    timeout: timeoutFlag,
+    'renew-every': Flags.integer({summary: 'Seconds between lease renewals while the checkpoint runs.', default: 60, min: 1}),
+    'keep-closed': Flags.boolean({summary: 'When prepare misses its deadline, leave the fleet closed for inspection.'}),
+  }
+
+  async run() {
+    const episodes = this.flags.episodes ? await readEpisodes(this.flags.episodes) : null
+    if (!episodes) warn('no --episodes: committing without a scope; every participant exports all of its live episodes')
+    const {coordinator} = await this.connect()
+    const out = await withProgress(
+      {prepare: 'prepare (environment → model → agent → resources)', commit: 'commit and publish', resume: 'resume (resources → agent → model → environment)'},
+      !this.jsonEnabled() && process.stderr.isTTY === true,
+      (onPhase) =>
+        checkpoint(coordinator, {
+          root: this.flags.root,
+          checkpointId: this.flags.id,
+          timeoutS: this.flags.timeout,
+          episodes,
+          renewEveryMs: this.flags['renew-every'] * 1000,
+          keepClosedOnBlockers: this.flags['keep-closed'],
+          log: note,
+          onPhase: (p, s) => (p === 'publish' ? undefined : onPhase(p, s)),
+        }),
+    )
+    if (!this.jsonEnabled()) {
+      this.log(out.checkpointDir)
+      note(`checkpoint '${out.checkpointId}' published; continued: ${keys(out.continued)}; restarted: ${keys(out.restarted)}`)
+    }
+    return {
+      checkpoint_id: out.checkpointId,
+      checkpoint_dir: out.checkpointDir,
+      published: out.published,
+      continued: episodesJson(out.continued),
+      restarted: episodesJson(out.restarted),
+      participants: Object.fromEntries([...out.replies].map(([s, r]) => [s, {manifest: r.manifest, episode_ids: r.episode_ids}])),
+    }
+  }
+}

@@ -1,0 +1,57 @@
+import {Flags} from '@oclif/core'
+import chalk from 'chalk'
+
+import {BaseCommand, EXIT_CODES_HELP} from '../cli/base.js'
+import {note} from '../cli/output.js'
+import {ControllerError} from '../coordination/errors.js'
+import {runDemo} from '../demo/scenario.js'
+
+export default class Demo extends BaseCommand<typeof Demo> {
+  static override summary = 'Rehearse on the embedded fleet: checkpoint mid-flight, crash, restore, compare.'
+  static override description = `Starts an in-process Gym fleet on 127.0.0.1 (environment, policy model, agent, resources, and
+a judge model that takes no part), runs the episodes once uninterrupted, then again with a
+checkpoint while they are in flight, a crash of every server, and a restore into a fresh fleet
+discovered through a head server. Passes only when every episode's result equals the
+uninterrupted run's. Needs no token and no network.\n\n${EXIT_CODES_HELP}`
+  static override examples = ['<%= config.bin %> demo', '<%= config.bin %> demo --episodes 200 --steps 12 --root /tmp/rehearsal --json']
+  static override flags = {
+    episodes: Flags.integer({summary: 'Episodes to run.', default: 24, min: 1, max: 10_000}),
+    steps: Flags.integer({summary: 'Steps per episode (each gets 0-2 more).', default: 8, min: 2, max: 1000}),
+    'step-ms': Flags.integer({summary: 'Duration of one step, ms.', default: 40, min: 1, max: 10_000}),
+    restarts: Flags.integer({summary: 'Episodes that cannot be captured (they start over).', default: 2, min: 0}),
+    root: Flags.string({summary: 'Checkpoint root to write (default: a new temp directory).'}),
+  }
+
+  async run() {
+    const r = await runDemo({
+      episodes: this.flags.episodes,
+      steps: this.flags.steps,
+      stepMs: this.flags['step-ms'],
+      restarts: this.flags.restarts,
+      root: this.flags.root,
+      log: this.jsonEnabled() ? undefined : (m) => note(chalk.dim(m)),
+    })
+    if (!this.jsonEnabled()) {
+      this.log(
+        `${r.ok ? chalk.green('PASS') : chalk.red('FAIL')}: ${r.episodes - r.mismatches.length}/${r.episodes} results equal the uninterrupted run ` +
+          `(${r.completedAtCheckpoint} complete at the checkpoint, ${r.continued} continued — ${r.continuedFromBoundary} from a mid-episode boundary — and ${r.restarted} restarted)`,
+      )
+      this.log(`checkpoint: ${r.checkpointDir}`)
+      this.log(`verify it:  gymckpt verify ${r.root}`)
+    }
+    if (!r.ok) throw new ControllerError('participant', `demo failed: ${r.mismatches.length} result(s) differ from the uninterrupted run: ${r.mismatches.slice(0, 5).map((m) => m.rolloutId).join(', ')}`, r)
+    return {
+      passed: r.ok,
+      episodes: r.episodes,
+      checkpoint_id: r.checkpointId,
+      checkpoint_dir: r.checkpointDir,
+      root: r.root,
+      completed_at_checkpoint: r.completedAtCheckpoint,
+      continued: r.continued,
+      continued_from_boundary: r.continuedFromBoundary,
+      restarted: r.restarted,
+      mismatches: r.mismatches,
+      timings_ms: r.timingsMs,
+    }
+  }
+}

@@ -1,0 +1,34 @@
+import {Flags} from '@oclif/core'
+
+import {BaseCommand, EXIT_CODES_HELP, fleetFlags, timeoutFlag} from '../cli/base.js'
+import {readLines} from '../cli/inputs.js'
+import {ControllerError} from '../coordination/errors.js'
+import {forget} from '../coordination/operations.js'
+import {RolloutIdSchema} from '../protocol/episode.js'
+
+export default class Forget extends BaseCommand<typeof Forget> {
+  static override summary = 'Drop the retire marks of rollouts that are done for good.'
+  static override description = `Call it once nothing of any attempt of a rollout can still run and it will not be dispatched
+again, for every rollout retired or restored. Same order and phase rules as retire.\n\n${EXIT_CODES_HELP}`
+  static override examples = ['<%= config.bin %> forget --fleet fleet.yaml --rollout r7 --rollout r9', '<%= config.bin %> forget --head http://head:11000 --rollouts done.txt']
+  static override flags = {
+    ...fleetFlags,
+    rollout: Flags.string({summary: 'A rollout ID (no attempt suffix); repeatable.', multiple: true}),
+    rollouts: Flags.string({summary: "File of rollout IDs, one per line ('-' for stdin)."}),
+    id: Flags.string({summary: 'Checkpoint ID sent with the call.', default: 'forget'}),
+    timeout: timeoutFlag,
+  }
+
+  async run() {
+    const ids = [...(this.flags.rollout ?? []), ...(this.flags.rollouts ? await readLines(this.flags.rollouts, 'rollouts file') : [])]
+    if (ids.length === 0) throw new ControllerError('input', 'nothing to forget: pass --rollout or --rollouts')
+    for (const id of ids) {
+      const r = RolloutIdSchema.safeParse(id)
+      if (!r.success) throw new ControllerError('input', `rollout '${id}': ${r.error.issues[0]?.message}`)
+    }
+    const {coordinator} = await this.connect()
+    const n = await forget(coordinator, this.flags.id, ids, Date.now() / 1000 + this.flags.timeout)
+    if (!this.jsonEnabled()) this.log(`forgot ${n} rollout(s) on ${coordinator.participants.length} participant(s)`)
+    return {forgotten: n, participants: coordinator.participants.length}
+  }
+}

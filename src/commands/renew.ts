@@ -1,0 +1,20 @@
+import {Flags} from '@oclif/core'
+
+import {BaseCommand, EXIT_CODES_HELP, fleetFlags, timeoutFlag} from '../cli/base.js'
+import {renew} from '../coordination/operations.js'
+
+export default class Renew extends BaseCommand<typeof Renew> {
+  static override summary = 'Extend every participant\'s lease on an open checkpoint.'
+  static override description = `Leases end at deadline + grace; renew when publishing takes longer than expected. A lease
+never moves earlier.\n\n${EXIT_CODES_HELP}`
+  static override examples = ['<%= config.bin %> renew --fleet fleet.yaml --id ckpt-20261202T120000-1a2b3c4d --timeout 900']
+  static override flags = {...fleetFlags, id: Flags.string({summary: 'The open checkpoint.', required: true}), timeout: timeoutFlag}
+
+  async run() {
+    const {coordinator} = await this.connect()
+    const replies = await renew(coordinator, this.flags.id, Date.now() / 1000 + this.flags.timeout)
+    const leases = Object.fromEntries([...replies].map(([s, r]) => [s, r.lease_expires_at]))
+    if (!this.jsonEnabled()) for (const [s, t] of Object.entries(leases)) this.log(`${s}\t${new Date(t * 1000).toISOString()}`)
+    return {checkpoint_id: this.flags.id, lease_expires_at: leases}
+  }
+}

@@ -1,0 +1,30 @@
+import {Flags} from '@oclif/core'
+
+import {BaseCommand, EXIT_CODES_HELP, fleetFlags, timeoutFlag} from '../cli/base.js'
+import {parseEpisodeFlags, readEpisodes} from '../cli/inputs.js'
+import {ControllerError} from '../coordination/errors.js'
+import {retire} from '../coordination/operations.js'
+
+export default class Retire extends BaseCommand<typeof Retire> {
+  static override summary = 'Stop and free attempts everywhere, callers first; they stay refused until forget.'
+  static override description = `Order: environment, then agent, then model and resources. Refused while a checkpoint is open
+(resume first). Each participant marks the attempt (and earlier ones) before it stops anything, so
+a late request of a retired attempt gets 409 stale_attempt. Sent in batches of 1024.\n\n${EXIT_CODES_HELP}`
+  static override examples = ['<%= config.bin %> retire --fleet fleet.yaml --episode r7 --episode r9-a1', 'cat stragglers.txt | <%= config.bin %> retire --head http://head:11000 --episodes -']
+  static override flags = {
+    ...fleetFlags,
+    episode: Flags.string({summary: 'An attempt to retire (r, r-a2 or r@2); repeatable.', multiple: true}),
+    episodes: Flags.string({summary: "File of attempts ('-' for stdin)."}),
+    id: Flags.string({summary: 'Checkpoint ID sent with the call (a restored fleet needs its restore ID).', default: 'retire'}),
+    timeout: timeoutFlag,
+  }
+
+  async run() {
+    const episodes = [...parseEpisodeFlags(this.flags.episode ?? []), ...(this.flags.episodes ? await readEpisodes(this.flags.episodes) : [])]
+    if (episodes.length === 0) throw new ControllerError('input', 'nothing to retire: pass --episode or --episodes')
+    const {coordinator} = await this.connect()
+    const n = await retire(coordinator, this.flags.id, episodes, Date.now() / 1000 + this.flags.timeout)
+    if (!this.jsonEnabled()) this.log(`retired ${n} attempt(s) on ${coordinator.participants.length} participant(s)`)
+    return {retired: n, participants: coordinator.participants.length}
+  }
+}

@@ -1,0 +1,41 @@
+import {BaseCommand, EXIT_CODES_HELP, fleetFlags} from '../cli/base.js'
+import {table} from '../cli/output.js'
+
+export default class Status extends BaseCommand<typeof Status> {
+  static override summary = 'Show every participant\'s phase, checkpoint, lease and readiness.'
+  static override description = `One status call per participant, all at once.\n\n${EXIT_CODES_HELP}`
+  static override examples = ['<%= config.bin %> status --fleet fleet.yaml', '<%= config.bin %> status --head http://head:11000 --json | jq .participants']
+  static override flags = {...fleetFlags}
+
+  async run() {
+    const {discovery} = await this.connect()
+    const participants = discovery.participants.map((p) => {
+      const s = p.status
+      return {
+        server: p.server,
+        kind: p.kind,
+        instance: p.instance,
+        phase: s.phase,
+        checkpoint_id: s.checkpoint_id,
+        lease_expires_at: s.lease_expires_at,
+        ready: s.report.ready,
+        blocker_count: s.report.blocker_count ?? s.report.blockers.length,
+        blockers: s.report.blockers,
+        restarts: s.report.restarts,
+        retired_rollouts: s.retired_rollouts,
+        counts: s.report.counts,
+      }
+    })
+    if (!this.jsonEnabled()) {
+      const rows = participants.map((p) => ({
+        ...p,
+        lease: p.lease_expires_at ? `${Math.round(p.lease_expires_at - Date.now() / 1000)}s` : null,
+        blockers: p.blocker_count,
+        restarts: p.restarts.length,
+        retired: p.retired_rollouts,
+      }))
+      this.log(table(rows, ['server', 'kind', 'phase', 'checkpoint_id', 'lease', 'ready', 'blockers', 'restarts', 'retired']))
+    }
+    return {participants}
+  }
+}

@@ -1,0 +1,50 @@
+import {Args, Flags} from '@oclif/core'
+import chalk from 'chalk'
+
+import {BaseCommand, EXIT_CODES_HELP} from '../cli/base.js'
+import {note, table} from '../cli/output.js'
+import {ControllerError} from '../coordination/errors.js'
+import {CheckpointStateError} from '../storage/errors.js'
+import {verifyCheckpoint} from '../storage/verify.js'
+
+export default class Verify extends BaseCommand<typeof Verify> {
+  static override summary = 'Check a checkpoint offline, as a restore would, without touching any server.'
+  static override description = `Accepts a checkpoint root (follows LATEST) or a checkpoint directory, made by gymckpt
+(gymckpt.json) or by Gym's own rollout collection (collection.json). Checks every participant
+manifest, streams every records file through sha256 and counts its records, reads each record's
+episode_id, and checks the records against the commit scope. Exit 6 on any error.\n\n${EXIT_CODES_HELP}`
+  static override examples = ['<%= config.bin %> verify /shared/ckpt', '<%= config.bin %> verify /shared/ckpt --id ckpt-20261202T120000-1a2b3c4d --json']
+  static override args = {location: Args.string({description: 'Checkpoint root or checkpoint directory.', required: true})}
+  static override flags = {id: Flags.string({summary: 'Checkpoint ID under the root (default: LATEST).'})}
+
+  async run() {
+    let report
+    try {
+      report = await verifyCheckpoint(this.args.location, {id: this.flags.id})
+    } catch (err) {
+      if (err instanceof CheckpointStateError) throw new ControllerError('invalid_checkpoint', err.message)
+      throw err
+    }
+    const json = {
+      valid: report.ok,
+      checkpoint_id: report.checkpointId,
+      checkpoint_dir: report.checkpointDir,
+      manifest: report.manifest,
+      continued: report.continued.length,
+      restarted: report.restarted.length,
+      uncovered: report.uncovered,
+      participants: report.participants.map((p) => ({kind: p.kind, instance: p.instance, ok: p.ok, records: p.records, bytes: p.bytes, records_sha256: p.recordsSha256})),
+      problems: report.problems,
+    }
+    if (!this.jsonEnabled()) {
+      this.log(table(json.participants, ['kind', 'instance', 'ok', 'records', 'bytes']))
+      for (const p of report.problems) note(`${p.severity === 'error' ? chalk.red('error') : chalk.yellow('warning')}: ${p.where}: ${p.message}`)
+      this.log(`${report.ok ? chalk.green('valid') : chalk.red('INVALID')}: ${report.checkpointId} (${report.continued.length} continued, ${report.restarted.length} restarted)`)
+    }
+    if (!report.ok) {
+      const errs = report.problems.filter((p) => p.severity === 'error')
+      throw new ControllerError('invalid_checkpoint', `checkpoint ${report.checkpointDir} is invalid: ${errs.length} error(s); first: ${errs[0]?.where}: ${errs[0]?.message}`, json)
+    }
+    return json
+  }
+}
