@@ -63,9 +63,8 @@ export function pyString(s: string): string {
   return `"${s.replace(ESCAPE_CHARS, (c) => {
     const short = SHORT_ESCAPES[c]
     if (short) return short
-    const code = c.charCodeAt(0)
-    // DEL (0x7f) is ASCII, so Python's ensure_ascii leaves it alone.
-    return code === 0x7f ? c : `\\u${code.toString(16).padStart(4, '0')}`
+    // Python escapes everything outside ' '..'~', DEL included.
+    return `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`
   })}"`
 }
 
@@ -106,7 +105,7 @@ function write(v: PyValue | undefined, out: string[], depth: number): void {
       write(val, out, depth + 1)
     }
     out.push('}')
-  } else if (typeof v === 'object' && v !== undefined && Object.getPrototypeOf(v) === Object.prototype) {
+  } else if (typeof v === 'object' && v !== undefined && [Object.prototype, null].includes(Object.getPrototypeOf(v))) {
     out.push('{')
     let first = true
     for (const k of Object.keys(v)) {

@@ -1,0 +1,152 @@
+import {createHash} from 'node:crypto'
+import {mkdir, readFile, readdir, writeFile} from 'node:fs/promises'
+import path from 'node:path'
+
+import {describe, expect, it} from 'vitest'
+
+import {CheckpointStateError} from '../../src/storage/errors.js'
+import {EMPTY_SHA256, encodeManifest, participantDir, readParticipantState, writeParticipantState} from '../../src/storage/participant-store.js'
+import {pyDumps} from '../../src/storage/pyjson.js'
+import {tempDir} from '../helpers/tmp.js'
+
+const line = (r: string, attempt = 0, extra = '') => `{"episode_id": {"rollout_id": "${r}", "attempt": ${attempt}}${extra}}`
+const opts = (checkpointDir: string) => ({checkpointDir, kind: 'environment', instance: 'env', checkpointId: 'ckpt-1'})
+
+describe('writeParticipantState', () => {
+  it('writes records-<sha256>.jsonl and a sorted, indent-1 manifest that reads back', async () => {
+    const root = await tempDir()
+    const lines = [line('r1'), line('r2', 1, ', "boundary": {"score": NaN, "big": 1180591620717411303424}')]
+    const m = await writeParticipantState(opts(root), lines)
+    const bytes = lines.map((l) => l + '\n').join('')
+    const sha = createHash('sha256').update(bytes).digest('hex')
+    expect(m).toMatchObject({records_file: `records-${sha}.jsonl`, records_sha256: sha, record_count: 2, schema_version: 1})
+    const dir = participantDir(root, 'environment', 'env')
+    expect(await readFile(path.join(dir, m.records_file), 'utf8')).toBe(bytes)
+    const manifestText = await readFile(path.join(dir, 'manifest.json'), 'utf8')
+    expect(manifestText).toBe(encodeManifest(m))
+    expect(manifestText.split('\n')[1]).toBe(' "checkpoint_id": "ckpt-1",')
+    expect(manifestText.endsWith('}')).toBe(true)
+    expect((await readdir(dir)).sort()).toEqual(['manifest.json', m.records_file])
+
+    const read = await readParticipantState(dir, {kind: 'environment', instance: 'env', keep: new Set(['r2-a1'])})
+    expect(read.keys).toEqual(['r1', 'r2-a1'])
+    expect(read.kept.map((k) => k.key)).toEqual(['r2-a1'])
+    expect(pyDumps(read.kept[0]!.record)).toBe(lines[1])
+  })
+
+  it('an empty checkpoint has an empty records file with the empty digest', async () => {
+    const root = await tempDir()
+    const m = await writeParticipantState(opts(root), [])
+    expect(m.records_sha256).toBe(EMPTY_SHA256)
+    expect(m.record_count).toBe(0)
+  })
+
+  it('a retry with the same records finds the identical manifest and succeeds', async () => {
+    const root = await tempDir()
+    const a = await writeParticipantState(opts(root), [line('r1')])
+    const b = await writeParticipantState(opts(root), [line('r1')])
+    expect(b).toEqual(a)
+  })
+
+  it('never replaces a manifest: a different commit is a 422 and its records file is removed', async () => {
+    const root = await tempDir()
+    const a = await writeParticipantState(opts(root), [line('r1')])
+    await expect(writeParticipantState(opts(root), [line('r9')])).rejects.toThrow(/already holds a different commit/)
+    const dir = participantDir(root, 'environment', 'env')
+    expect((await readdir(dir)).sort()).toEqual(['manifest.json', a.records_file])
+    expect(JSON.parse(await readFile(path.join(dir, 'manifest.json'), 'utf8'))).toEqual(a)
+  })
+
+  it('a write stopped by resume publishes nothing and leaves no temporary file', async () => {
+    const root = await tempDir()
+    let n = 0
+    await expect(writeParticipantState({...opts(root), shouldStop: () => ++n > 1}, [line('r1'), line('r2')])).rejects.toThrow(/resumed before its write finished/)
+    expect(await readdir(participantDir(root, 'environment', 'env'))).toEqual([])
+  })
+
+  it('a checkpoint directory that is a file is a typed error', async () => {
+    const root = await tempDir()
+    const file = path.join(root, 'file')
+    await writeFile(file, 'x')
+    await expect(writeParticipantState(opts(file), [line('r1')])).rejects.toThrow(CheckpointStateError)
+    await expect(writeParticipantState(opts(file), [line('r1')])).rejects.toThrow(/cannot write checkpoint state/)
+  })
+
+  it('refuses unsafe kind and instance names', () => {
+    expect(() => participantDir('/x', '..', 'env')).toThrow(/not a safe path component/)
+    expect(() => participantDir('/x', 'model', 'a/b')).toThrow(/not a safe path component/)
+  })
+})
+
+describe('readParticipantState: every invalid_checkpoint_state case', () => {
+  async function committed(): Promise<{dir: string; manifest: Record<string, unknown>}> {
+    const root = await tempDir()
+    const m = await writeParticipantState(opts(root), [line('r1'), line('r2')])
+    return {dir: participantDir(root, 'environment', 'env'), manifest: m}
+  }
+  async function withManifest(text: string): Promise<string> {
+    const {dir} = await committed()
+    await writeFile(path.join(dir, 'manifest.json'), text)
+    return dir
+  }
+  const read = (dir: string) => readParticipantState(dir, {kind: 'environment', instance: 'env'})
+
+  it('missing manifest', async () => {
+    const root = await tempDir()
+    await mkdir(path.join(root, 'p'))
+    await expect(read(path.join(root, 'p'))).rejects.toThrow(/missing manifest/)
+  })
+
+  it.each([
+    ['not JSON', () => '{', /is not JSON/],
+    ['a list', () => '[]', /is not a manifest/],
+    ['another schema', (m: Record<string, unknown>) => JSON.stringify({...m, schema_version: 2}), /unsupported schema/],
+    ['another participant', (m: Record<string, unknown>) => JSON.stringify({...m, instance: 'other'}), /belongs to environment\/other/],
+    ['no checkpoint_id', (m: Record<string, unknown>) => JSON.stringify({...m, checkpoint_id: undefined}), /names no checkpoint/],
+    ['no records_file', (m: Record<string, unknown>) => JSON.stringify({...m, records_file: undefined}), /invalid records file/],
+    ['records_file outside the directory', (m: Record<string, unknown>) => JSON.stringify({...m, records_file: '../../../outside.jsonl'}), /invalid records file/],
+    ['records_file missing', (m: Record<string, unknown>) => JSON.stringify({...m, records_file: `records-${'0'.repeat(64)}.jsonl`}), /cannot read checkpoint state/],
+    ['no records_sha256', (m: Record<string, unknown>) => JSON.stringify({...m, records_sha256: undefined}), /does not match its manifest digest/],
+    ['record_count a string', (m: Record<string, unknown>) => JSON.stringify({...m, record_count: '2'}), /expects "2" records, found 2/],
+    ['record_count off by one', (m: Record<string, unknown>) => JSON.stringify({...m, record_count: 3}), /expects 3 records, found 2/],
+  ])('%s', async (_name, make, msg) => {
+    const {dir, manifest} = await committed()
+    await writeFile(path.join(dir, 'manifest.json'), make(manifest))
+    const err = await read(dir).catch((e: unknown) => e)
+    expect(err).toBeInstanceOf(CheckpointStateError)
+    expect((err as Error).message).toMatch(msg)
+  })
+
+  it('a records file that does not match its digest', async () => {
+    const {dir, manifest} = await committed()
+    await writeFile(path.join(dir, manifest.records_file as string), line('r1') + '\n' + line('r3') + '\n')
+    await expect(read(dir)).rejects.toThrow(/does not match its manifest digest/)
+  })
+
+  it.each([
+    ['not JSON', 'not json', /line 1 holds a record that is not JSON/],
+    ['not an object', '[1]', /line 1: checkpoint record has no valid episode_id/],
+    ['no episode_id', '{"x": 1}', /line 1: checkpoint record has no valid episode_id/],
+    ['a reserved rollout id', line('r-a1'), /line 1: checkpoint record has no valid episode_id/],
+  ])('a record that is %s is named by its line', async (_n, bad, msg) => {
+    const root = await tempDir()
+    const dir = path.join(root, 'p')
+    await mkdir(dir)
+    const body = bad + '\n'
+    const sha = createHash('sha256').update(body).digest('hex')
+    await writeFile(path.join(dir, `records-${sha}.jsonl`), body)
+    await writeFile(path.join(dir, 'manifest.json'), encodeManifest({schema_version: 1, kind: 'environment', instance: 'env', checkpoint_id: 'c', records_file: `records-${sha}.jsonl`, records_sha256: sha, record_count: 1}))
+    await expect(read(dir)).rejects.toThrow(msg)
+  })
+
+  it('reads the legacy fixed records.jsonl name and a last line without newline', async () => {
+    const root = await tempDir()
+    const dir = path.join(root, 'p')
+    await mkdir(dir)
+    const body = line('a') + '\n' + line('b', 0, ', "v": Infinity')
+    const sha = createHash('sha256').update(body).digest('hex')
+    await writeFile(path.join(dir, 'records.jsonl'), body)
+    await writeFile(path.join(dir, 'manifest.json'), JSON.stringify({schema_version: 1, kind: 'environment', instance: 'env', checkpoint_id: 'c', records_file: 'records.jsonl', records_sha256: sha, record_count: 2}))
+    expect((await read(dir)).keys).toEqual(['a', 'b'])
+  })
+})
