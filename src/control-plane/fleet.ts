@@ -96,25 +96,36 @@ export class Fleet {
     return this.servers.map((s) => `${s.name}=${s.url}`)
   }
 
-  /** Sends one /run to the (first) environment server and returns its parsed reply or error. */
+  /** Sends one /run to the (first) environment server; resolves with its reply, or status 0 when none came. */
   async run(r: RunRequest, envName?: string): Promise<{status: number; body: RunResult | {error?: {code: string; detail: string}}}> {
     const env = envName ? this.server(envName) : this.environments[0]
     if (!env) throw new Error('the fleet has no environment server')
-    const res = await request(`${env.url}/run`, {
-      method: 'POST',
-      dispatcher: this.data,
-      headers: {'content-type': 'application/json'},
-      body: JSON.stringify({
-        _ng_rollout_id: r.rolloutId,
-        _ng_attempt_index: r.attempt ?? 0,
-        input: r.input ?? r.rolloutId,
-        steps: r.steps ?? 3,
-        step_ms: r.stepMs ?? 10,
-        step_mode: r.stepMode ?? 'wait',
-        restart: r.restart ?? false,
-      }),
-    })
-    const text = await res.body.text()
+    let res
+    try {
+        res = await request(`${env.url}/run`, {
+        method: 'POST',
+        dispatcher: this.data,
+        headers: {'content-type': 'application/json'},
+        body: JSON.stringify({
+          _ng_rollout_id: r.rolloutId,
+          _ng_attempt_index: r.attempt ?? 0,
+          input: r.input ?? r.rolloutId,
+          steps: r.steps ?? 3,
+          step_ms: r.stepMs ?? 10,
+          step_mode: r.stepMode ?? 'wait',
+          restart: r.restart ?? false,
+        }),
+      })
+    } catch (err) {
+      // A crashed or closed fleet: no reply. Callers see it as status 0, never as a rejection.
+      return {status: 0, body: {error: {code: 'connection', detail: (err as Error).message}}}
+    }
+    let text: string
+    try {
+      text = await res.body.text()
+    } catch (err) {
+      return {status: 0, body: {error: {code: 'connection', detail: (err as Error).message}}}
+    }
     let body: unknown
     try {
       body = JSON.parse(text)

@@ -1,0 +1,69 @@
+import {afterEach} from 'vitest'
+
+import {Fleet, FleetMember, FleetOptions} from '../../src/control-plane/fleet.js'
+import {ParticipantServer} from '../../src/control-plane/server.js'
+import {SimDownstream, SimEnvironment} from '../../src/control-plane/sim.js'
+import {ControlClient} from '../../src/coordination/client.js'
+import {discover} from '../../src/coordination/discover.js'
+import {Coordinator} from '../../src/coordination/operations.js'
+
+export const TOKEN = 'test-token-0123456789abcdef'
+
+const cleanups: (() => Promise<unknown>)[] = []
+afterEach(async () => {
+  await Promise.all(cleanups.splice(0).map((f) => f().catch(() => {})))
+})
+
+export async function startFleet(opts: Partial<FleetOptions> = {}): Promise<Fleet> {
+  const fleet = await Fleet.start({token: TOKEN, ...opts})
+  cleanups.push(() => fleet.close())
+  return fleet
+}
+
+export async function startServer(name: string, kind: FleetMember['kind'], opts: {grace?: number; leaseRetryMs?: number} = {}): Promise<ParticipantServer> {
+  const p = kind === 'environment' ? new SimEnvironment(name) : kind === 'none' ? null : new SimDownstream(kind, name)
+  const s = new ParticipantServer({name, token: TOKEN, participant: p, controlPlane: {leaseGraceSeconds: opts.grace, leaseRetryMs: opts.leaseRetryMs}})
+  await s.listen()
+  cleanups.push(() => s.close())
+  return s
+}
+
+export async function coordinatorFor(fleet: Fleet, token = TOKEN): Promise<Coordinator> {
+  const client = new ControlClient({token})
+  cleanups.push(() => client.close())
+  const d = await discover(client, fleet.servers.map((s) => ({name: s.name, url: s.url})), {probeTimeoutMs: 5000})
+  return {client, participants: d.participants}
+}
+
+export function later(fn: () => Promise<unknown>): void {
+  cleanups.push(fn)
+}
+
+/** Raw control call, for testing the participant double's wire behaviour. */
+export async function control(url: string, op: string, body?: unknown, token: string | null = TOKEN): Promise<{status: number; json: any; text: string}> {
+  const headers: Record<string, string> = {'content-type': 'application/json'}
+  if (token !== null) headers.authorization = `Bearer ${token}`
+  const res = await fetch(`${url}/ng-control/v1/checkpoint/${op}`, {
+    method: op === 'status' ? 'GET' : 'POST',
+    headers,
+    body: op === 'status' ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
+  })
+  const text = await res.text()
+  let json: unknown
+  try {
+    json = JSON.parse(text)
+  } catch {
+    json = undefined
+  }
+  return {status: res.status, json, text}
+}
+
+export const soon = (s = 10) => Date.now() / 1000 + s
+
+export async function waitFor(cond: () => boolean | Promise<boolean>, ms = 5000, what = 'condition'): Promise<void> {
+  const until = Date.now() + ms
+  while (!(await cond())) {
+    if (Date.now() > until) throw new Error(`timed out waiting for ${what}`)
+    await new Promise((r) => setTimeout(r, 10))
+  }
+}
