@@ -102,7 +102,7 @@ export class Fleet {
     if (!env) throw new Error('the fleet has no environment server')
     let res
     try {
-        res = await request(`${env.url}/run`, {
+      res = await request(`${env.url}/run`, {
         method: 'POST',
         dispatcher: this.data,
         headers: {'content-type': 'application/json'},
