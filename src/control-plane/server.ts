@@ -44,6 +44,8 @@ export interface ParticipantServerOptions {
 export class ParticipantServer {
   readonly name: string
   readonly faults = new Faults()
+  /** Every request received, in order (route, arrival time, raw body): for tests and rehearsals. */
+  readonly journal: {route: string; at: number; body: string}[] = []
   readonly participant: SimParticipant | null
   readonly controlPlane: ControlPlane | null
   private readonly token: Buffer
@@ -114,6 +116,7 @@ export class ParticipantServer {
     let reply: HttpReply
     try {
       const body = req.method === 'POST' ? await readBody(req) : ''
+      if (route) this.journal.push({route, at: performance.now(), body})
       reply = await this.dispatch(req, url.pathname, body)
     } catch (err) {
       reply = errorReply(err)
