@@ -35,9 +35,11 @@ export function failureMessage(f: ParticipantFailure): string {
 
 /** A fan-out stage in which some participants failed; every failure is kept. */
 export class CoordinationError extends ControllerError {
+  readonly failures: ParticipantFailure[]
+
   constructor(
     readonly operation: string,
-    readonly failures: ParticipantFailure[],
+    failures: ParticipantFailure[],
     hint?: string,
   ) {
     const sorted = [...failures].sort((a, b) => a.server.localeCompare(b.server))
@@ -49,5 +51,6 @@ export class CoordinationError extends ControllerError {
       sorted,
     )
     this.name = 'CoordinationError'
+    this.failures = sorted
   }
 }
