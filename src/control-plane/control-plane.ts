@@ -13,7 +13,7 @@ import {
 } from '../protocol/wire.js'
 import {CheckpointStateError} from '../storage/errors.js'
 import {participantDir, readParticipantState, StoredRecord, writeParticipantState} from '../storage/participant-store.js'
-import {PyJsonError, PyValue, pyDumps} from '../storage/pyjson.js'
+import {PyJsonError, PyValue, pyDumpsBuffer} from '../storage/pyjson.js'
 import {Mutex, Notifier, raceDeadline} from './util.js'
 
 /** A refusal the control plane sends on purpose, in Gym's `{"error": {code, detail}}` envelope. */
@@ -46,7 +46,7 @@ export interface Participant {
   /** Takes the cut: records of every exportable episode in `scope` (all when null). */
   exportRecords(scope: ReadonlySet<string> | null): ExportedRecord[]
   /** Throws a message when a restored record is invalid for this participant. */
-  validateRecord(key: string, record: Map<string, PyValue>): void
+  validateRecord(key: string, record: PyValue): void
   /** Installs records under their next attempt. `scope` is every episode the restore continues. */
   install(records: StoredRecord[], scope: EpisodeId[]): Promise<void>
   /** True while the process serves live state, where a restore is refused. */
@@ -327,10 +327,10 @@ export class ControlPlane {
   private startWrite(id: string, checkpointDir: string, job: CommitJob): Promise<ParticipantManifest> {
     const records = job.exported!
     const p = this.participant
-    function* lines(): Generator<string> {
+    function* lines(): Generator<Buffer> {
       for (const r of records) {
         try {
-          yield pyDumps(r.record)
+          yield pyDumpsBuffer(r.record)
         } catch (err) {
           if (err instanceof PyJsonError) throw new CheckpointStateError(`checkpoint record of episode '${captureKey(r.episode)}' cannot be written: ${err.message}`)
           throw err

@@ -4,7 +4,7 @@ import {Agent, request} from 'undici'
 import {EpisodeId, captureKey, fromCaptureKey, nextAttempt} from '../protocol/episode.js'
 import {PrepareReport} from '../protocol/wire.js'
 import {StoredRecord} from '../storage/participant-store.js'
-import {PyValue, pyGet} from '../storage/pyjson.js'
+import {PyValue, isPyDict, pyGet} from '../storage/pyjson.js'
 import {ControlError, ControlPlane, ExportedRecord, Participant} from './control-plane.js'
 import {sleep} from './util.js'
 
@@ -81,7 +81,7 @@ abstract class SimBase implements Participant {
 
   abstract report(): PrepareReport
   abstract exportRecords(scope: ReadonlySet<string> | null): ExportedRecord[]
-  abstract validateRecord(key: string, record: Map<string, PyValue>): void
+  abstract validateRecord(key: string, record: PyValue): void
   abstract install(records: StoredRecord[], scope: EpisodeId[]): Promise<void>
   abstract hasLiveState(): boolean
   abstract retire(e: EpisodeId, signal: AbortSignal): Promise<void>
@@ -194,20 +194,20 @@ export class SimEnvironment extends SimBase {
     return out
   }
 
-  validateRecord(_key: string, record: Map<string, PyValue>): void {
+  validateRecord(_key: string, record: PyValue): void {
     const digest = pyGet(record, 'task_digest')
     if (typeof digest !== 'string' || !/^[0-9a-f]{64}$/.test(digest)) throw new Error('task_digest is not a sha256 hex digest')
     const b = pyGet(record, 'boundary')
     if (b === null) return
-    if (!(b instanceof Map) || typeof b.get('step') !== 'number' || typeof b.get('acc') !== 'string') throw new Error('boundary must be null or {step, acc}')
+    if (!isPyDict(b) || typeof pyGet(b, 'step') !== 'number' || typeof pyGet(b, 'acc') !== 'string') throw new Error('boundary must be null or {step, acc}')
   }
 
   async install(records: StoredRecord[]): Promise<void> {
     for (const r of records) {
-      const b = pyGet(r.record, 'boundary') as Map<string, PyValue> | null
+      const b = pyGet(r.record, 'boundary')
       this.restoredPending.set(captureKey(nextAttempt(fromCaptureKey(r.key))), {
         taskDigest: pyGet(r.record, 'task_digest') as string,
-        boundary: b ? {step: b.get('step') as number, acc: b.get('acc') as string} : null,
+        boundary: b ? {step: pyGet(b, 'step') as number, acc: pyGet(b, 'acc') as string} : null,
       })
     }
   }
@@ -340,12 +340,14 @@ export class SimEnvironment extends SimBase {
 
 // ---------------------------------------------------------------- downstream (model, agent, resources)
 
-interface Session {
+export interface Session {
   ep: EpisodeId
   chain: string
   calls: number
   restart: boolean
   restored: boolean
+  /** Opaque session state carried through checkpoints byte for byte (tool outputs, transcripts). */
+  payload?: PyValue
 }
 
 export class SimDownstream extends SimBase {
@@ -375,23 +377,24 @@ export class SimDownstream extends SimBase {
         record: new Map<string, PyValue>([
           ['episode_id', episodeIdRecord(s.ep)],
           ['session_id', key],
-          ['state', new Map<string, PyValue>([['chain', s.chain], ['calls', s.calls]])],
+          ['state', new Map<string, PyValue>([['chain', s.chain], ['calls', s.calls], ...(s.payload === undefined ? [] : [['payload', s.payload] as [string, PyValue]])])],
         ]),
       })
     }
     return out
   }
 
-  validateRecord(_key: string, record: Map<string, PyValue>): void {
+  validateRecord(_key: string, record: PyValue): void {
     const st = pyGet(record, 'state')
-    if (!(st instanceof Map) || typeof st.get('chain') !== 'string' || typeof st.get('calls') !== 'number') throw new Error('state must be {chain, calls}')
+    if (!isPyDict(st) || typeof pyGet(st, 'chain') !== 'string' || typeof pyGet(st, 'calls') !== 'number') throw new Error('state must be {chain, calls}')
   }
 
   async install(records: StoredRecord[]): Promise<void> {
     for (const r of records) {
       const ep = nextAttempt(fromCaptureKey(r.key))
-      const st = pyGet(r.record, 'state') as Map<string, PyValue>
-      this.sessions.set(captureKey(ep), {ep, chain: st.get('chain') as string, calls: st.get('calls') as number, restart: false, restored: true})
+      const st = pyGet(r.record, 'state')
+      const payload = pyGet(st, 'payload')
+      this.sessions.set(captureKey(ep), {ep, chain: pyGet(st, 'chain') as string, calls: pyGet(st, 'calls') as number, restart: false, restored: true, ...(payload === undefined ? {} : {payload})})
     }
   }
 

@@ -1,5 +1,5 @@
 import {createHash} from 'node:crypto'
-import {isUtf8} from 'node:buffer'
+import {isAscii, isUtf8} from 'node:buffer'
 import {createReadStream} from 'node:fs'
 import {mkdir, open, readFile, rename, unlink} from 'node:fs/promises'
 import path from 'node:path'
@@ -8,7 +8,7 @@ import {EpisodeIdWire, SAFE_ID_PATTERN, captureKey, fromWire} from '../protocol/
 import {ParticipantManifest} from '../protocol/wire.js'
 import {CheckpointStateError, WriteStoppedError} from './errors.js'
 import {createExclusive, fsyncDir, fsyncUpTo, tempName} from './fsutil.js'
-import {PyValue, pyGet, pyLoads, isPyDict} from './pyjson.js'
+import {PyValue, isPyDict, pyGet, pyLoads, pyLoadsRecord} from './pyjson.js'
 
 export const STATE_SCHEMA_VERSION = 1
 export const MANIFEST_FILE = 'manifest.json'
@@ -48,14 +48,15 @@ export interface WriteStateOptions {
 }
 
 const WRITE_BUFFER_BYTES = 1 << 20
+const NEWLINE = Buffer.from('\n')
 
 /**
- * Streams encoded record lines (each without its newline) into `records-<sha256>.jsonl`, then
+ * Streams encoded record lines (each without its newline; strings are written as UTF-8) into `records-<sha256>.jsonl`, then
  * creates `manifest.json` (never replacing one). Every directory from the participant directory up
  * to the checkpoint directory is fsynced before the manifest appears, so a host crash cannot lose
  * an entry under a committed manifest. Returns the manifest that is on disk.
  */
-export async function writeParticipantState(opts: WriteStateOptions, lines: Iterable<string> | AsyncIterable<string>): Promise<ParticipantManifest> {
+export async function writeParticipantState(opts: WriteStateOptions, lines: Iterable<string | Buffer> | AsyncIterable<string | Buffer>): Promise<ParticipantManifest> {
   const dir = participantDir(opts.checkpointDir, opts.kind, opts.instance)
   const label = `checkpoint '${opts.checkpointId}'`
   const runLocked = opts.runLocked ?? (<T>(fn: () => Promise<T>) => fn())
@@ -80,11 +81,12 @@ export async function writeParticipantState(opts: WriteStateOptions, lines: Iter
       let pendingBytes = 0
       for await (const line of lines) {
         if (opts.shouldStop?.()) throw new WriteStoppedError(label)
-        const buf = Buffer.from(line + '\n', 'utf8')
+        const buf = typeof line === 'string' ? Buffer.from(line, 'utf8') : line
         hash.update(buf)
+        hash.update(NEWLINE)
         count++
-        pending.push(buf)
-        pendingBytes += buf.length
+        pending.push(buf, NEWLINE)
+        pendingBytes += buf.length + 1
         if (pendingBytes >= WRITE_BUFFER_BYTES) {
           await fh.writev(pending)
           pending = []
@@ -155,7 +157,8 @@ export interface ReadStateOptions {
 
 export interface StoredRecord {
   key: string
-  record: Map<string, PyValue>
+  /** A dict: a Map or a plain object, whichever the exact decoding produced (see pyLoadsRecord). */
+  record: PyValue
 }
 
 export interface ReadStateResult {
@@ -215,13 +218,17 @@ async function readInner(dir: string, opts: ReadStateOptions): Promise<ReadState
   let pending: Buffer[] = []
   const onLine = (line: Buffer) => {
     const lineNo = keys.length + 1
-    if (!isUtf8(line)) throw new CheckpointStateError(`${recordsPath} line ${lineNo} holds a record that is not UTF-8`)
-    const lineText = line.toString('utf8')
+    // Python writes ASCII (ensure_ascii); other writers may write UTF-8, which must be valid.
+    let lineText: string
+    if (isAscii(line)) lineText = line.toString('latin1')
+    else if (isUtf8(line)) lineText = line.toString('utf8')
+    else throw new CheckpointStateError(`${recordsPath} line ${lineNo} holds a record that is not UTF-8`)
     let episodeRaw: unknown
     let decoded: PyValue | undefined
+    let fast: unknown
     try {
       // JSON.parse is the fast path; Python's NaN/Infinity tokens fall back to the lenient reader.
-      const fast = JSON.parse(lineText) as unknown
+      fast = JSON.parse(lineText) as unknown
       if (fast === null || typeof fast !== 'object' || Array.isArray(fast)) throw new CheckpointStateError(`${recordsPath} line ${lineNo}: checkpoint record has no valid episode_id`)
       episodeRaw = (fast as Record<string, unknown>).episode_id
     } catch (err) {
@@ -240,8 +247,7 @@ async function readInner(dir: string, opts: ReadStateOptions): Promise<ReadState
     const key = captureKey(fromWire(ep.data))
     keys.push(key)
     if (opts.keep?.has(key)) {
-      const rec = decoded ?? pyLoads(lineText)
-      kept.push({key, record: rec as Map<string, PyValue>})
+      kept.push({key, record: decoded ?? pyLoadsRecord(lineText, fast)})
     }
   }
   const stream = createReadStream(recordsPath, {highWaterMark: READ_CHUNK})

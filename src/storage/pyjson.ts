@@ -33,6 +33,12 @@ export function pyFloatRepr(x: number): string {
   if (x === Infinity) return 'Infinity'
   if (x === -Infinity) return '-Infinity'
   if (x === 0) return Object.is(x, -0) ? '-0.0' : '0.0'
+  const ax = Math.abs(x)
+  if (ax >= 1e-4 && ax < 1e16) {
+    // Both languages print the shortest round-trip digits in fixed notation here.
+    const s = String(x)
+    if (!s.includes('e')) return Number.isInteger(x) ? `${s}.0` : s
+  }
   const [mant, expText] = x.toExponential().split('e') as [string, string]
   const neg = mant.startsWith('-')
   const digits = mant.replace('-', '').replace('.', '')
@@ -54,69 +60,139 @@ export function pyFloatRepr(x: number): string {
   return neg ? `-${out}` : out
 }
 
-const PLAIN_STRING = /^[\x20\x21\x23-\x5b\x5d-\x7e]*$/
-const ESCAPE_CHARS = /[\x00-\x1f"\\\x7f-\uffff]/g
-const SHORT_ESCAPES: Record<string, string> = {'"': '\\"', '\\': '\\\\', '\n': '\\n', '\r': '\\r', '\t': '\\t', '\b': '\\b', '\f': '\\f'}
+const NON_ASCII = /[\x7f-\uffff]/
+const NON_ASCII_G = /[\x7f-\uffff]/g
 
+/**
+ * A string as Python's json.dumps writes it. JSON.stringify already escapes `"`, `\`, control
+ * characters and lone surrogates exactly as Python does; Python also escapes DEL and non-ASCII.
+ */
 export function pyString(s: string): string {
-  if (PLAIN_STRING.test(s)) return `"${s}"`
-  return `"${s.replace(ESCAPE_CHARS, (c) => {
-    const short = SHORT_ESCAPES[c]
-    if (short) return short
-    // Python escapes everything outside ' '..'~', DEL included.
-    return `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`
-  })}"`
+  const j = JSON.stringify(s)
+  return NON_ASCII.test(j) ? j.replace(NON_ASCII_G, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`) : j
 }
 
 /** `json.dumps(value)` with Python's defaults: `, ` and `: ` separators, ASCII output, NaN tokens. */
 export function pyDumps(value: PyValue | undefined): string {
-  const parts: string[] = []
-  write(value, parts, 0)
-  return parts.join('')
+  return pyDumpsBuffer(value).toString('latin1')
+}
+
+/**
+ * The same bytes as pyDumps, encoded straight into a Buffer. The output is ASCII (ensure_ascii),
+ * so every piece is copied byte for byte; no string rope is built and flattened, which would cost
+ * as much as the encoding itself on records of hundreds of KB.
+ */
+export function pyDumpsBuffer(value: PyValue | undefined): Buffer {
+  const w = new ByteWriter()
+  try {
+    write(value, 0, w)
+  } catch (err) {
+    if (err instanceof RangeError) throw new PyJsonError('value nests too deeply to encode')
+    throw err
+  }
+  return w.take()
+}
+
+class ByteWriter {
+  private static scratch = Buffer.allocUnsafe(1 << 16)
+  private buf = ByteWriter.scratch
+  private n = 0
+
+  private reserve(k: number): void {
+    if (this.n + k <= this.buf.length) return
+    const next = Buffer.allocUnsafe(Math.max(this.buf.length * 2, this.n + k))
+    this.buf.copy(next, 0, 0, this.n)
+    this.buf = next
+  }
+
+  /** An ASCII string. */
+  ascii(s: string): void {
+    const len = s.length
+    this.reserve(len)
+    if (len < 24) {
+      const b = this.buf
+      let n = this.n
+      for (let i = 0; i < len; i++) b[n++] = s.charCodeAt(i)
+      this.n = n
+    } else this.n += this.buf.write(s, this.n, len, 'latin1')
+  }
+
+  byte(c: number): void {
+    this.reserve(1)
+    this.buf[this.n++] = c
+  }
+
+  take(): Buffer {
+    const out = Buffer.allocUnsafe(this.n)
+    this.buf.copy(out, 0, 0, this.n)
+    // Keep a grown buffer for the next record, up to a bound.
+    if (this.buf.length <= 1 << 24) ByteWriter.scratch = this.buf
+    return out
+  }
 }
 
 const MAX_DEPTH = 10_000
+const LBRACKET = 0x5b
+const RBRACKET = 0x5d
+const LBRACE = 0x7b
+const RBRACE = 0x7d
 
-function write(v: PyValue | undefined, out: string[], depth: number): void {
+function pyNumber(v: number): string {
+  if (Number.isInteger(v) && !Object.is(v, -0)) return Number.isSafeInteger(v) ? String(v) : BigInt(v).toString()
+  return pyFloatRepr(v)
+}
+
+function write(v: PyValue | undefined, depth: number, w: ByteWriter): void {
   if (depth > MAX_DEPTH) throw new PyJsonError(`value nests deeper than ${MAX_DEPTH} levels`)
-  if (v === null) out.push('null')
-  else if (v === true) out.push('true')
-  else if (v === false) out.push('false')
-  else if (typeof v === 'string') out.push(pyString(v))
-  else if (typeof v === 'number') {
-    if (Number.isInteger(v) && !Object.is(v, -0)) out.push(Number.isSafeInteger(v) ? String(v) : BigInt(v).toString())
-    else out.push(pyFloatRepr(v))
-  } else if (typeof v === 'bigint') out.push(v.toString())
-  else if (v instanceof PyFloat) out.push(pyFloatRepr(v.value))
-  else if (Array.isArray(v)) {
-    out.push('[')
+  switch (typeof v) {
+    case 'string':
+      return w.ascii(pyString(v))
+    case 'number':
+      return w.ascii(pyNumber(v))
+    case 'boolean':
+      return w.ascii(v ? 'true' : 'false')
+    case 'bigint':
+      return w.ascii(v.toString())
+    case 'object':
+      break
+    default:
+      throw new PyJsonError(`${describe(v)} is not JSON-representable`)
+  }
+  if (v === null) return w.ascii('null')
+  if (Array.isArray(v)) {
+    w.byte(LBRACKET)
     for (let i = 0; i < v.length; i++) {
-      if (i) out.push(', ')
-      write(v[i], out, depth + 1)
+      if (i) w.ascii(', ')
+      write(v[i], depth + 1, w)
     }
-    out.push(']')
-  } else if (v instanceof Map) {
-    out.push('{')
+    return w.byte(RBRACKET)
+  }
+  if (v instanceof Map) {
+    w.byte(LBRACE)
     let first = true
     for (const [k, val] of v) {
       if (typeof k !== 'string') throw new PyJsonError(`dict key ${String(k)} is not a string`)
-      out.push(first ? '' : ', ', pyString(k), ': ')
+      if (!first) w.ascii(', ')
       first = false
-      write(val, out, depth + 1)
+      w.ascii(pyString(k))
+      w.ascii(': ')
+      write(val, depth + 1, w)
     }
-    out.push('}')
-  } else if (typeof v === 'object' && v !== undefined && [Object.prototype, null].includes(Object.getPrototypeOf(v))) {
-    out.push('{')
-    let first = true
-    for (const k of Object.keys(v)) {
-      out.push(first ? '' : ', ', pyString(k), ': ')
-      first = false
-      write((v as Record<string, PyValue>)[k], out, depth + 1)
-    }
-    out.push('}')
-  } else {
-    throw new PyJsonError(`${describe(v)} is not JSON-representable`)
+    return w.byte(RBRACE)
   }
+  if (v instanceof PyFloat) return w.ascii(pyFloatRepr(v.value))
+  const proto = Object.getPrototypeOf(v)
+  if (proto !== Object.prototype && proto !== null) throw new PyJsonError(`${describe(v)} is not JSON-representable`)
+  w.byte(LBRACE)
+  let first = true
+  for (const k of Object.keys(v)) {
+    if (!first) w.ascii(', ')
+    first = false
+    w.ascii(pyString(k))
+    w.ascii(': ')
+    write((v as Record<string, PyValue>)[k], depth + 1, w)
+  }
+  w.byte(RBRACE)
 }
 
 function describe(v: unknown): string {
@@ -132,11 +208,21 @@ function describe(v: unknown): string {
 export function pyLoads(text: string): PyValue {
   const p = new Parser(text)
   p.ws()
-  const v = p.value(0)
+  let v: PyValue
+  try {
+    v = p.value(0)
+  } catch (err) {
+    if (err instanceof RangeError) throw new PyJsonError('value nests too deeply to decode')
+    throw err
+  }
   p.ws()
   if (p.i !== text.length) p.fail('extra data')
   return v
 }
+
+const CONTROL = /[\x00-\x1f]/
+const NUMBER = /-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?/y
+const HEX4 = /^[0-9a-fA-F]{4}$/
 
 class Parser {
   i = 0
@@ -190,7 +276,24 @@ class Parser {
   }
 
   number(): PyValue {
-    const re = /-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?/y
+    // Fast path: a short plain integer, the common case (token ids, counters).
+    const s = this.s
+    let j = this.i
+    const neg = s.charCodeAt(j) === 0x2d
+    if (neg) j++
+    const start = j
+    let v = 0
+    let c = s.charCodeAt(j)
+    while (c >= 0x30 && c <= 0x39 && j - start < 15) {
+      v = v * 10 + (c - 0x30)
+      c = s.charCodeAt(++j)
+    }
+    const digits = j - start
+    if (digits > 0 && !(c >= 0x30 && c <= 0x39) && c !== 0x2e && c !== 0x65 && c !== 0x45 && !(digits > 1 && s.charCodeAt(start) === 0x30)) {
+      this.i = j
+      return neg ? -v + 0 : v
+    }
+    const re = NUMBER
     re.lastIndex = this.i
     const m = re.exec(this.s)
     if (!m) return this.fail('invalid number')
@@ -198,7 +301,8 @@ class Parser {
     const raw = m[0]
     if (m[2] === undefined && m[3] === undefined) {
       const n = Number(raw)
-      return Number.isSafeInteger(n) ? n : BigInt(raw)
+      // `-0` is the integer 0 in Python, written back as `0`.
+      return Number.isSafeInteger(n) ? n + 0 : BigInt(raw)
     }
     const f = Number(raw)
     return Number.isInteger(f) ? new PyFloat(f) : f
@@ -206,34 +310,26 @@ class Parser {
 
   string(): string {
     const s = this.s
-    const start = ++this.i
-    const close = s.indexOf('"', start)
-    if (close < 0) this.fail('unterminated string')
-    const slice = s.slice(start, close)
-    if (!slice.includes('\\') && !/[\x00-\x1f]/.test(slice)) {
-      this.i = close + 1
-      return slice
-    }
+    let i = ++this.i
     let out = ''
-    let i = start
     for (;;) {
-      const c = s.charCodeAt(i)
-      if (Number.isNaN(c)) {
-        this.i = i
-        this.fail('unterminated string')
-      }
-      if (c === 0x22) break
-      if (c < 0x20) {
-        this.i = i
+      // Copy whole runs up to the next quote or backslash.
+      let q = s.indexOf('"', i)
+      if (q < 0) this.fail('unterminated string')
+      const bs = s.indexOf('\\', i)
+      const end = bs >= 0 && bs < q ? bs : q
+      const run = s.slice(i, end)
+      if (CONTROL.test(run)) {
+        this.i = i + run.search(CONTROL)
         this.fail('invalid control character in string')
       }
-      if (c !== 0x5c) {
-        out += s[i]
-        i++
-        continue
+      out += run
+      if (end === q) {
+        this.i = q + 1
+        return out
       }
-      const e = s[i + 1]
-      i += 2
+      const e = s[bs + 1]
+      i = bs + 2
       switch (e) {
         case '"': out += '"'; break
         case '\\': out += '\\'; break
@@ -245,7 +341,7 @@ class Parser {
         case 't': out += '\t'; break
         case 'u': {
           const hex = s.slice(i, i + 4)
-          if (!/^[0-9a-fA-F]{4}$/.test(hex)) {
+          if (!HEX4.test(hex)) {
             this.i = i
             this.fail('invalid \\u escape')
           }
@@ -254,12 +350,11 @@ class Parser {
           break
         }
         default:
-          this.i = i - 1
+          this.i = bs + 1
           this.fail('invalid escape')
       }
+      q = 0
     }
-    this.i = i + 1
-    return out
   }
 
   array(depth: number): PyValue[] {
@@ -311,6 +406,22 @@ class Parser {
       }
     }
   }
+}
+
+/**
+ * Tokens JSON.parse would not keep exactly: integral floats (`2.0`, exponents), integers that may
+ * exceed 2^53, `-0`, and integer-like dict keys (which JS objects reorder). Matches inside strings
+ * too, which only costs speed: such records take the exact reader.
+ */
+const LOSSY_FOR_JSON_PARSE = /[0-9]\.0+(?![0-9])|[0-9][eE]|[0-9]{16}|-0(?![.0-9])|"(?:0|[1-9][0-9]*)"\s*:/
+
+/**
+ * Decodes one record exactly. `parsed` is JSON.parse's result for the same text when the caller
+ * already has it: used as is (plain objects) when nothing in the text could have been altered.
+ */
+export function pyLoadsRecord(text: string, parsed?: unknown): PyValue {
+  if (parsed !== undefined && !LOSSY_FOR_JSON_PARSE.test(text)) return parsed as PyValue
+  return pyLoads(text)
 }
 
 /** Reads a field of a decoded dict, whichever representation it has. */
