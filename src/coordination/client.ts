@@ -10,6 +10,14 @@ export interface ServerRef {
   url: string
 }
 
+interface Limits {
+  timeoutMs: number
+  signal: AbortSignal
+  timedOut(): boolean
+  interrupted(): boolean
+  dispose(): void
+}
+
 export type CallResult<T> = {ok: true; server: string; reply: T} | {ok: false; failure: ParticipantFailure}
 
 export interface ControlClientOptions {
@@ -47,11 +55,48 @@ export class ControlClient {
 
   /** POSTs the same pre-encoded body bytes to one participant. */
   async call<O extends Operation>(server: ServerRef, op: O, body: Buffer, deadlineTs: number, signal?: AbortSignal): Promise<CallResult<ReplyOf<O>>> {
-    return this.exchange(server, 'POST', op, body, this.timeoutMs(deadlineTs), REPLY_SCHEMAS[op] as unknown as z.ZodType<ReplyOf<O>>, signal)
+    return (await this.callAll([server], op, body, deadlineTs, signal))[0]!
+  }
+
+  /**
+   * POSTs the same body bytes to every server at once. They share one deadline, so they share
+   * one timeout signal: no timer per call.
+   */
+  async callAll<O extends Operation>(servers: ServerRef[], op: O, body: Buffer, deadlineTs: number, signal?: AbortSignal): Promise<CallResult<ReplyOf<O>>[]> {
+    const limits = this.limits(this.timeoutMs(deadlineTs), signal)
+    try {
+      return await Promise.all(servers.map((s) => this.exchange(s, 'POST', op, body, limits, REPLY_SCHEMAS[op] as unknown as z.ZodType<ReplyOf<O>>)))
+    } finally {
+      limits.dispose()
+    }
   }
 
   async status(server: ServerRef, timeoutMs: number, signal?: AbortSignal): Promise<CallResult<StatusReply>> {
-    return this.exchange(server, 'GET', 'status', undefined, timeoutMs, StatusReply, signal)
+    const limits = this.limits(timeoutMs, signal)
+    try {
+      return await this.exchange(server, 'GET', 'status', undefined, limits, StatusReply)
+    } finally {
+      limits.dispose()
+    }
+  }
+
+  private limits(timeoutMs: number, outer?: AbortSignal): Limits {
+    const ctl = new AbortController()
+    const ms = Math.max(1, Math.ceil(timeoutMs))
+    const timer = setTimeout(() => ctl.abort(new Error('timeout')), ms)
+    const onOuter = () => ctl.abort(outer!.reason)
+    if (outer?.aborted) onOuter()
+    else outer?.addEventListener('abort', onOuter, {once: true})
+    return {
+      timeoutMs: ms,
+      signal: ctl.signal,
+      timedOut: () => ctl.signal.aborted && !outer?.aborted,
+      interrupted: () => Boolean(outer?.aborted),
+      dispose: () => {
+        clearTimeout(timer)
+        outer?.removeEventListener('abort', onOuter)
+      },
+    }
   }
 
   private async exchange<T>(
@@ -59,13 +104,11 @@ export class ControlClient {
     method: 'GET' | 'POST',
     route: string,
     body: Buffer | undefined,
-    timeoutMs: number,
+    limits: Limits,
     schema: z.ZodType<T>,
-    outer?: AbortSignal,
   ): Promise<CallResult<T>> {
     const fail = (status: number | null, code: string | null, message: string): CallResult<T> => ({ok: false, failure: {server: server.name, status, code, message}})
-    const timeout = AbortSignal.timeout(Math.max(1, Math.ceil(timeoutMs)))
-    const signal = outer ? AbortSignal.any([timeout, outer]) : timeout
+    const {signal, timeoutMs} = limits
     let res: Dispatcher.ResponseData
     let text: string
     try {
@@ -78,8 +121,8 @@ export class ControlClient {
       })
       text = await res.body.text()
     } catch (err) {
-      if (timeout.aborted) return fail(null, 'timeout', `no reply within ${(timeoutMs / 1000).toFixed(1)} seconds`)
-      if (outer?.aborted) return fail(null, 'interrupted', 'interrupted')
+      if (limits.interrupted()) return fail(null, 'interrupted', 'interrupted')
+      if (limits.timedOut()) return fail(null, 'timeout', `no reply within ${(timeoutMs / 1000).toFixed(1)} seconds`)
       return fail(null, 'connection', describeTransportError(err))
     }
     if (res.statusCode !== 200) {

@@ -30,7 +30,7 @@ export interface StageResult<O extends Operation> {
 export async function fanOut<O extends Operation>(c: Coordinator, op: O, members: Participant[], body: Buffer, deadlineTs: number, stage = 'all'): Promise<StageResult<O>> {
   const servers = members.map((m) => m.server)
   c.onStage?.({operation: op, stage, servers})
-  const results = await Promise.all(members.map((m) => c.client.call({name: m.server, url: m.url}, op, body, deadlineTs, c.signal)))
+  const results = await c.client.callAll(members.map((m) => ({name: m.server, url: m.url})), op, body, deadlineTs, c.signal)
   const replies = new Map<string, ReplyOf<O>>()
   const failures: ParticipantFailure[] = []
   for (const r of results) {
