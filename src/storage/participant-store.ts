@@ -7,6 +7,7 @@ import path from 'node:path'
 import {EpisodeIdWire, SAFE_ID_PATTERN, captureKey, fromWire} from '../protocol/episode.js'
 import {ParticipantManifest} from '../protocol/wire.js'
 import {CheckpointStateError, WriteStoppedError} from './errors.js'
+import {episodeFromPrefix, isJsonValue} from './jsonscan.js'
 import {createExclusive, fsyncDir, fsyncUpTo, tempName} from './fsutil.js'
 import {PyValue, isPyDict, pyGet, pyLoads, pyLoadsRecord} from './pyjson.js'
 
@@ -218,11 +219,22 @@ async function readInner(dir: string, opts: ReadStateOptions): Promise<ReadState
   let pending: Buffer[] = []
   const onLine = (line: Buffer) => {
     const lineNo = keys.length + 1
+    const ascii = isAscii(line)
     // Python writes ASCII (ensure_ascii); other writers may write UTF-8, which must be valid.
-    let lineText: string
-    if (isAscii(line)) lineText = line.toString('latin1')
-    else if (isUtf8(line)) lineText = line.toString('utf8')
-    else throw new CheckpointStateError(`${recordsPath} line ${lineNo} holds a record that is not UTF-8`)
+    if (!ascii && !isUtf8(line)) throw new CheckpointStateError(`${recordsPath} line ${lineNo} holds a record that is not UTF-8`)
+    // Fast path: the episode read off the line's start, the rest only checked to be JSON.
+    const quick = episodeFromPrefix(line)
+    if (quick) {
+      const ep = EpisodeIdWire.safeParse({rollout_id: quick.rolloutId, attempt: quick.attempt})
+      if (!ep.success) throw new CheckpointStateError(`${recordsPath} line ${lineNo}: checkpoint record has no valid episode_id`)
+      const key = captureKey(quick)
+      if (!opts.keep?.has(key)) {
+        if (!isJsonValue(line)) throw new CheckpointStateError(`${recordsPath} line ${lineNo} holds a record that is not JSON`)
+        keys.push(key)
+        return
+      }
+    }
+    const lineText = ascii ? line.toString('latin1') : line.toString('utf8')
     let episodeRaw: unknown
     let decoded: PyValue | undefined
     let fast: unknown
@@ -246,9 +258,7 @@ async function readInner(dir: string, opts: ReadStateOptions): Promise<ReadState
     if (!ep.success) throw new CheckpointStateError(`${recordsPath} line ${lineNo}: checkpoint record has no valid episode_id`)
     const key = captureKey(fromWire(ep.data))
     keys.push(key)
-    if (opts.keep?.has(key)) {
-      kept.push({key, record: decoded ?? pyLoadsRecord(lineText, fast)})
-    }
+    if (opts.keep?.has(key)) kept.push({key, record: decoded ?? pyLoadsRecord(lineText, fast)})
   }
   const stream = createReadStream(recordsPath, {highWaterMark: READ_CHUNK})
   for await (const chunk of stream as AsyncIterable<Buffer>) {

@@ -1,4 +1,12 @@
+import {existsSync} from 'node:fs'
+import {readdir, stat} from 'node:fs/promises'
+import path from 'node:path'
+import os from 'node:os'
+import {fileURLToPath} from 'node:url'
+import {Worker} from 'node:worker_threads'
+
 import {captureKey, fromWire} from '../protocol/episode.js'
+import {ParticipantManifest} from '../protocol/wire.js'
 import {CheckpointStateError} from './errors.js'
 import {encodeManifest, readParticipantState} from './participant-store.js'
 import {listParticipantDirs, readCheckpointSummary, resolveCheckpoint} from './root.js'
@@ -37,8 +45,73 @@ export interface VerifyOptions {
   id?: string
   /** Participants that a restore would ask; each must have its directory (restore --dry-run). */
   expect?: {kind: string; instance: string; server?: string}[]
-  /** Participant directories verified at once. */
+  /** Participant directories verified at once (default: one per core, in worker threads). */
   concurrency?: number
+  /** Below this many bytes of state, directories are read in this thread (default 128 MiB). */
+  workerMinBytes?: number
+}
+
+interface DirResult {
+  manifest: ParticipantManifest
+  keys: string[]
+  bytes: number
+}
+
+const WORKER_URL = new URL('./verify-worker.js', import.meta.url)
+const WORKER_MIN_BYTES = 128 << 20
+
+async function totalBytes(dirs: {dir: string}[]): Promise<number> {
+  let n = 0
+  for (const d of dirs) {
+    for (const f of await readdir(d.dir).catch(() => [] as string[])) n += (await stat(path.join(d.dir, f)).catch(() => ({size: 0}))).size
+  }
+  return n
+}
+
+/**
+ * Reads participant directories, several at once in worker threads when there are several
+ * directories and cores (hashing and scanning are CPU-bound), else in this thread.
+ */
+async function readAll(dirs: {kind: string; instance: string; dir: string}[], concurrency: number, minBytes: number, each: (i: number, r: DirResult | CheckpointStateError) => void): Promise<void> {
+  const threads = Math.min(concurrency, dirs.length)
+  // A worker costs a start and a cold JIT: worth it only for enough bytes to hash and scan.
+  const useWorkers = threads > 1 && existsSync(fileURLToPath(WORKER_URL)) && (await totalBytes(dirs)) >= minBytes
+  let next = 0
+  const runInline = async () => {
+    while (next < dirs.length) {
+      const i = next++
+      const d = dirs[i]!
+      try {
+        each(i, await readParticipantState(d.dir, {kind: d.kind, instance: d.instance, keep: null}))
+      } catch (err) {
+        if (!(err instanceof CheckpointStateError)) throw err
+        each(i, err)
+      }
+    }
+  }
+  if (!useWorkers) return void (await Promise.all(Array.from({length: Math.max(1, threads)}, runInline)))
+  const runWorker = async () => {
+    // Not --input-type, which only applies to the main entry of `node -e`.
+    const w = new Worker(WORKER_URL, {execArgv: process.execArgv.filter((a) => !a.startsWith('--input-type'))})
+    try {
+      while (next < dirs.length) {
+        const i = next++
+        const d = dirs[i]!
+        const reply = await new Promise<{ok: boolean; stateError?: boolean; message?: string} & Partial<DirResult>>((resolve, reject) => {
+          w.once('message', resolve)
+          w.once('error', reject)
+          w.postMessage({id: i, dir: d.dir, kind: d.kind, instance: d.instance})
+        })
+        w.removeAllListeners('error')
+        if (reply.ok) each(i, reply as DirResult)
+        else if (reply.stateError) each(i, new CheckpointStateError(reply.message!))
+        else throw new Error(reply.message)
+      }
+    } finally {
+      await w.terminate()
+    }
+  }
+  await Promise.all(Array.from({length: threads}, runWorker))
 }
 
 /**
@@ -81,34 +154,23 @@ export async function verifyCheckpoint(location: string, opts: VerifyOptions = {
 
   const dirs = await listParticipantDirs(checkpointDir)
   if (dirs.length === 0) problems.push({severity: 'error', where: checkpointDir, message: 'no participant state under gym/'})
-  const concurrency = Math.max(1, opts.concurrency ?? 4)
-  const results: VerifiedParticipant[] = new Array(dirs.length)
-  let next = 0
-  const worker = async () => {
-    while (next < dirs.length) {
-      const i = next++
-      const d = dirs[i]!
-      const v: VerifiedParticipant = {...d, ok: false, records: 0, bytes: 0, recordsSha256: null, episodes: []}
-      results[i] = v
-      try {
-        const r = await readParticipantState(d.dir, {kind: d.kind, instance: d.instance, keep: null})
-        Object.assign(v, {ok: true, records: r.keys.length, bytes: r.bytes, recordsSha256: r.manifest.records_sha256, episodes: r.keys})
-        if (summary && r.manifest.checkpoint_id !== summary.checkpointId) {
-          v.ok = false
-          problems.push({severity: 'error', where: d.dir, message: `manifest is of checkpoint '${r.manifest.checkpoint_id}', not '${summary.checkpointId}'`})
-        }
-        const recorded = summary?.participants?.find((p) => p.kind === d.kind && p.instance === d.instance)
-        if (recorded && encodeManifest(recorded.manifest) !== encodeManifest(r.manifest)) {
-          v.ok = false
-          problems.push({severity: 'error', where: d.dir, message: 'manifest differs from the one its participant returned at commit'})
-        }
-      } catch (err) {
-        if (!(err instanceof CheckpointStateError)) throw err
-        problems.push({severity: 'error', where: d.dir, message: err.message})
-      }
+  const concurrency = Math.max(1, opts.concurrency ?? os.availableParallelism())
+  const results: VerifiedParticipant[] = dirs.map((d) => ({...d, ok: false, records: 0, bytes: 0, recordsSha256: null, episodes: []}))
+  await readAll(dirs, concurrency, opts.workerMinBytes ?? WORKER_MIN_BYTES, (i, r) => {
+    const d = dirs[i]!
+    const v = results[i]!
+    if (r instanceof CheckpointStateError) return void problems.push({severity: 'error', where: d.dir, message: r.message})
+    Object.assign(v, {ok: true, records: r.keys.length, bytes: r.bytes, recordsSha256: r.manifest.records_sha256, episodes: r.keys})
+    if (summary && r.manifest.checkpoint_id !== summary.checkpointId) {
+      v.ok = false
+      problems.push({severity: 'error', where: d.dir, message: `manifest is of checkpoint '${r.manifest.checkpoint_id}', not '${summary.checkpointId}'`})
     }
-  }
-  await Promise.all(Array.from({length: Math.min(concurrency, dirs.length)}, worker))
+    const recorded = summary?.participants?.find((p) => p.kind === d.kind && p.instance === d.instance)
+    if (recorded && encodeManifest(recorded.manifest) !== encodeManifest(r.manifest)) {
+      v.ok = false
+      problems.push({severity: 'error', where: d.dir, message: 'manifest differs from the one its participant returned at commit'})
+    }
+  })
   report.participants = results
 
   if (summary?.participants) {

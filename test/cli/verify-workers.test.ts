@@ -1,0 +1,31 @@
+import path from 'node:path'
+
+import {describe, expect, it} from 'vitest'
+
+import {writeParticipantState} from '../../src/storage/participant-store.js'
+import {FORMAT_VERSION, publishLatest, writeControllerManifest} from '../../src/storage/root.js'
+import {tempDir} from '../helpers/tmp.js'
+
+// The worker threads run the built JavaScript, so this test imports verify from dist/.
+const dist = (await import(path.resolve('dist/storage/verify.js'))) as typeof import('../../src/storage/verify.js')
+
+describe('verify in worker threads', () => {
+  it('gives the same report as in one thread, errors included', async () => {
+    const root = await tempDir()
+    const dir = path.join(root, 'c')
+    const participants = []
+    for (const [kind, instance] of [['environment', 'e'], ['model', 'm'], ['agent', 'a']] as const) {
+      const lines = Array.from({length: 50}, (_, i) => `{"episode_id": {"rollout_id": "r${i}", "attempt": 0}, "v": [${i}, NaN]}`)
+      const manifest = await writeParticipantState({checkpointDir: dir, kind, instance, checkpointId: 'c'}, lines)
+      participants.push({server: instance, kind, instance, manifest, episode_ids: []})
+    }
+    const continued = Array.from({length: 49}, (_, i) => ({rollout_id: `r${i}`, attempt: 0}))
+    await writeControllerManifest(dir, {format_version: FORMAT_VERSION, checkpoint_id: 'c', created_at: 1, continued, restarted: [], participants})
+    await publishLatest(root, 'c')
+    const threaded = await dist.verifyCheckpoint(root, {concurrency: 2, workerMinBytes: 0})
+    const inline = await dist.verifyCheckpoint(root, {concurrency: 1})
+    expect(threaded).toEqual(inline)
+    expect(threaded.ok).toBe(false)
+    expect(threaded.problems.filter((p) => /outside the commit scope: r49/.test(p.message))).toHaveLength(3)
+  })
+})
