@@ -408,22 +408,6 @@ class Parser {
   }
 }
 
-/**
- * Tokens JSON.parse would not keep exactly: integral floats (`2.0`, exponents), integers that may
- * exceed 2^53, `-0`, and integer-like dict keys (which JS objects reorder). Matches inside strings
- * too, which only costs speed: such records take the exact reader.
- */
-const LOSSY_FOR_JSON_PARSE = /[0-9]\.0+(?![0-9])|[0-9][eE]|[0-9]{16}|-0(?![.0-9])|"(?:0|[1-9][0-9]*)"\s*:/
-
-/**
- * Decodes one record exactly. `parsed` is JSON.parse's result for the same text when the caller
- * already has it: used as is (plain objects) when nothing in the text could have been altered.
- */
-export function pyLoadsRecord(text: string, parsed?: unknown): PyValue {
-  if (parsed !== undefined && !LOSSY_FOR_JSON_PARSE.test(text)) return parsed as PyValue
-  return pyLoads(text)
-}
-
 /** Reads a field of a decoded dict, whichever representation it has. */
 export function pyGet(obj: PyValue | undefined, key: string): PyValue | undefined {
   if (obj instanceof Map) return obj.get(key)
