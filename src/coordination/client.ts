@@ -12,7 +12,8 @@ export interface ServerRef {
 
 interface Limits {
   timeoutMs: number
-  signal: AbortSignal
+  /** A signal for one call, aborted with all the others on timeout or interrupt. */
+  signal(): AbortSignal
   timedOut(): boolean
   interrupted(): boolean
   dispose(): void
@@ -80,21 +81,38 @@ export class ControlClient {
     }
   }
 
+  /**
+   * One timer and at most one listener on the caller's signal for a whole stage; each call gets
+   * its own AbortController (one listener each), so a fan-out to N servers does not pile N
+   * listeners onto one signal.
+   */
   private limits(timeoutMs: number, outer?: AbortSignal): Limits {
-    const ctl = new AbortController()
+    const calls = new Set<AbortController>()
+    let state: 'running' | 'timeout' | 'interrupted' = 'running'
+    const abortAll = (why: 'timeout' | 'interrupted') => {
+      if (state !== 'running') return
+      state = why
+      for (const c of calls) c.abort(new Error(why))
+    }
     const ms = Math.max(1, Math.ceil(timeoutMs))
-    const timer = setTimeout(() => ctl.abort(new Error('timeout')), ms)
-    const onOuter = () => ctl.abort(outer!.reason)
+    const timer = setTimeout(() => abortAll('timeout'), ms)
+    const onOuter = () => abortAll('interrupted')
     if (outer?.aborted) onOuter()
     else outer?.addEventListener('abort', onOuter, {once: true})
     return {
       timeoutMs: ms,
-      signal: ctl.signal,
-      timedOut: () => ctl.signal.aborted && !outer?.aborted,
-      interrupted: () => Boolean(outer?.aborted),
+      signal: () => {
+        const c = new AbortController()
+        if (state !== 'running') c.abort(new Error(state))
+        else calls.add(c)
+        return c.signal
+      },
+      timedOut: () => state === 'timeout',
+      interrupted: () => state === 'interrupted',
       dispose: () => {
         clearTimeout(timer)
         outer?.removeEventListener('abort', onOuter)
+        calls.clear()
       },
     }
   }
@@ -108,7 +126,8 @@ export class ControlClient {
     schema: z.ZodType<T>,
   ): Promise<CallResult<T>> {
     const fail = (status: number | null, code: string | null, message: string): CallResult<T> => ({ok: false, failure: {server: server.name, status, code, message}})
-    const {signal, timeoutMs} = limits
+    const {timeoutMs} = limits
+    const signal = limits.signal()
     let res: Dispatcher.ResponseData
     let text: string
     try {

@@ -276,3 +276,32 @@ describe('restore', () => {
     expect(fresh.servers.some((s) => s.journal.some((j) => j.route === 'restore'))).toBe(false)
   })
 })
+
+describe('restored state across the next checkpoint', () => {
+  it('exports restored episodes the scope continues (by replacement attempt) and deletes the rest without refusing them', async () => {
+    const fleet = await startFleet({members: FULL})
+    const c = await coordinatorFor(fleet)
+    for (const r of ['a', 'b']) void fleet.run({rolloutId: r, steps: 60, stepMs: 5})
+    await waitFor(() => (fleet.server('env').participant as SimEnvironment).episodes.size === 2)
+    const root = await tempDir()
+    await checkpoint(c, {root, timeoutS: 10, episodes: [{rolloutId: 'a', attempt: 0}, {rolloutId: 'b', attempt: 0}]})
+    await fleet.crash()
+
+    const fresh = await startFleet({members: FULL})
+    const c2 = await coordinatorFor(fresh)
+    await restoreCheckpoint(c2, {location: root, timeoutS: 10})
+    // Neither replacement has been dispatched; the next checkpoint continues only a@1.
+    const root2 = await tempDir()
+    const out = await checkpoint(c2, {root: root2, timeoutS: 10, episodes: [{rolloutId: 'a', attempt: 1}]})
+    for (const r of out.replies.values()) expect(r.episode_ids).toEqual(['a-a1'])
+    const env = (await control(fresh.server('env').url, 'status')).json
+    expect(env.restored_pending).toEqual(['a-a1'])
+    expect(env.retired_rollouts).toBe(0)
+    // b's state is gone, but b@1 is not refused: the controller may start it over as that attempt.
+    const b = await fresh.run({rolloutId: 'b', attempt: 1, steps: 60, stepMs: 0})
+    expect(b.status).toBe(200)
+    expect((b.body as {resumed_from_step: number}).resumed_from_step).toBe(0)
+    const a = await fresh.run({rolloutId: 'a', attempt: 1, steps: 60, stepMs: 0})
+    expect((a.body as {resumed_from_step: number}).resumed_from_step).toBeGreaterThan(0)
+  })
+})
