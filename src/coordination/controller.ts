@@ -111,7 +111,9 @@ export async function commitAndPublish(c: Coordinator, plan: CommitPlan): Promis
   for (const r of replies.values()) for (const k of r.episode_ids) committed.add(k)
   const restartKeys = new Set(plan.restarts.map(captureKey))
   const awaitedRuns = plan.tracker ? await plan.tracker.waitForReplies(new Set([...committed, ...restartKeys]), plan.deadlineTs * 1000, c.signal) : []
-  const continued = scope ?? [...committed].sort().map(fromCaptureKey)
+  // A /run that replied after prepare is done, not continued: the rollout set is built after it.
+  const replied = new Set(awaitedRuns.map(captureKey))
+  const continued = (scope ?? [...committed].sort().map(fromCaptureKey)).filter((e) => !replied.has(captureKey(e)))
   const restarted = plan.episodes ? plan.episodes.filter((e) => restartKeys.has(captureKey(e))) : plan.restarts
   const publish = plan.publish ?? true
   if (publish) {

@@ -5,16 +5,9 @@ import {describe, expect, it} from 'vitest'
 
 import {SimEnvironment} from '../../src/control-plane/sim.js'
 import {cli} from '../helpers/cli.js'
-import {TOKEN, control, startFleet, waitFor} from '../helpers/fleet.js'
+import {FULL, TOKEN, control, startFleet, waitFor} from '../helpers/fleet.js'
 import {tempDir} from '../helpers/tmp.js'
 
-const FULL = [
-  {name: 'env', kind: 'environment' as const},
-  {name: 'policy', kind: 'model' as const},
-  {name: 'agent', kind: 'agent' as const},
-  {name: 'res', kind: 'resources' as const},
-  {name: 'judge', kind: 'none' as const},
-]
 
 function servers(fleet: {serverArgs(): string[]}): string[] {
   return fleet.serverArgs().flatMap((s) => ['--server', s])

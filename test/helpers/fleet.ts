@@ -9,6 +9,15 @@ import {Coordinator} from '../../src/coordination/operations.js'
 
 export const TOKEN = 'test-token-0123456789abcdef'
 
+/** One participant of each kind and a server that takes no part, short names for assertions. */
+export const FULL: FleetMember[] = [
+  {name: 'env', kind: 'environment'},
+  {name: 'policy', kind: 'model'},
+  {name: 'agent', kind: 'agent'},
+  {name: 'res', kind: 'resources'},
+  {name: 'judge', kind: 'none'},
+]
+
 const cleanups: (() => Promise<unknown>)[] = []
 afterEach(async () => {
   await Promise.all(cleanups.splice(0).map((f) => f().catch(() => {})))

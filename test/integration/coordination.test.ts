@@ -13,16 +13,9 @@ import {discover} from '../../src/coordination/discover.js'
 import {ControllerError, CoordinationError} from '../../src/coordination/errors.js'
 import {Coordinator, prepare, resume, retire} from '../../src/coordination/operations.js'
 import {RunTracker} from '../../src/coordination/runs.js'
-import {TOKEN, control, coordinatorFor, later, soon, startFleet, waitFor} from '../helpers/fleet.js'
+import {FULL, TOKEN, control, coordinatorFor, later, soon, startFleet, waitFor} from '../helpers/fleet.js'
 import {tempDir} from '../helpers/tmp.js'
 
-const FULL = [
-  {name: 'env', kind: 'environment' as const},
-  {name: 'policy', kind: 'model' as const},
-  {name: 'agent', kind: 'agent' as const},
-  {name: 'res', kind: 'resources' as const},
-  {name: 'judge', kind: 'none' as const},
-]
 
 function client(opts: {grace?: number; token?: string} = {}): ControlClient {
   const c = new ControlClient({token: opts.token ?? TOKEN, replyGraceSeconds: opts.grace})
@@ -219,20 +212,24 @@ describe('checkpoint: failures always end resumed, nothing half-published', () =
     const out = await checkpoint(c, {root: await tempDir(), tracker, timeoutS: 10})
     expect(finished).toBe(true)
     expect(out.awaitedRuns).toEqual([{rolloutId: 'late', attempt: 0}])
+    // Its reply came after prepare: it is complete, not continued.
+    expect(out.continued).toEqual([])
   })
 })
 
+/** Episodes a and b checkpointed mid-flight, then every server crashed. */
+async function checkpointed(): Promise<{root: string; fleet: Fleet}> {
+  const fleet = await startFleet({members: FULL})
+  const c = await coordinatorFor(fleet)
+  for (const r of ['a', 'b']) void fleet.run({rolloutId: r, steps: 60, stepMs: 5})
+  await waitFor(() => (fleet.server('env').participant as SimEnvironment).episodes.size === 2)
+  const root = await tempDir()
+  await checkpoint(c, {root, timeoutS: 10, episodes: [{rolloutId: 'a', attempt: 0}, {rolloutId: 'b', attempt: 0}]})
+  await fleet.crash()
+  return {root, fleet}
+}
+
 describe('restore', () => {
-  async function checkpointed(): Promise<{root: string; fleet: Fleet}> {
-    const fleet = await startFleet({members: FULL})
-    const c = await coordinatorFor(fleet)
-    for (const r of ['a', 'b']) void fleet.run({rolloutId: r, steps: 60, stepMs: 5})
-    await waitFor(() => (fleet.server('env').participant as SimEnvironment).episodes.size === 2)
-    const root = await tempDir()
-    await checkpoint(c, {root, timeoutS: 10, episodes: [{rolloutId: 'a', attempt: 0}, {rolloutId: 'b', attempt: 0}]})
-    await fleet.crash()
-    return {root, fleet}
-  }
 
   it('restores every participant, resumes, and names the replacements', async () => {
     const {root} = await checkpointed()
@@ -279,14 +276,7 @@ describe('restore', () => {
 
 describe('restored state across the next checkpoint', () => {
   it('exports restored episodes the scope continues (by replacement attempt) and deletes the rest without refusing them', async () => {
-    const fleet = await startFleet({members: FULL})
-    const c = await coordinatorFor(fleet)
-    for (const r of ['a', 'b']) void fleet.run({rolloutId: r, steps: 60, stepMs: 5})
-    await waitFor(() => (fleet.server('env').participant as SimEnvironment).episodes.size === 2)
-    const root = await tempDir()
-    await checkpoint(c, {root, timeoutS: 10, episodes: [{rolloutId: 'a', attempt: 0}, {rolloutId: 'b', attempt: 0}]})
-    await fleet.crash()
-
+    const {root} = await checkpointed()
     const fresh = await startFleet({members: FULL})
     const c2 = await coordinatorFor(fresh)
     await restoreCheckpoint(c2, {location: root, timeoutS: 10})
