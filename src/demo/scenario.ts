@@ -4,7 +4,7 @@ import os from 'node:os'
 import path from 'node:path'
 
 import {Fleet, FleetMember} from '../control-plane/fleet.js'
-import {RunResult} from '../control-plane/sim.js'
+import {RunResult, SimEnvironment} from '../control-plane/sim.js'
 import {ControlClient} from '../coordination/client.js'
 import {checkpoint, restoreCheckpoint} from '../coordination/controller.js'
 import {discover, readHeadServer} from '../coordination/discover.js'
@@ -58,12 +58,12 @@ export async function runDemo(opts: DemoOptions = {}): Promise<DemoReport> {
   const root = opts.root ?? (await mkdtemp(path.join(os.tmpdir(), 'gymckpt-demo-')))
   // The rehearsal fleet lives in this process only; its token never leaves it.
   const token = randomBytes(16).toString('hex')
-  const tasks: Task[] = Array.from({length: n}, (_, i) => ({rolloutId: `demo-${i}`, input: `task ${i}: ${'x'.repeat(i % 7)}`, steps: steps + (i % 3), restart: i < nRestarts}))
+  const tasks: Task[] = Array.from({length: n}, (_, i) => ({rolloutId: `demo-${i}`, input: `task ${i}: ${'x'.repeat(i % 7)}`, steps: i % 4 === 3 ? 2 : steps + (i % 3), restart: i < nRestarts}))
   const run = (fleet: Fleet, t: Task, attempt: number) => fleet.run({rolloutId: t.rolloutId, attempt, input: t.input, steps: t.steps, stepMs, restart: t.restart})
   const t0 = Date.now()
 
   // 1. Uninterrupted reference.
-  log(`reference: ${n} episodes of ${steps}-${steps + 2} steps on a fresh fleet`)
+  log(`reference: ${n} episodes of 2 to ${steps + 2} steps on a fresh fleet`)
   const reference = new Map<string, string>()
   {
     const fleet = await Fleet.start({token, members: opts.members})
@@ -101,7 +101,13 @@ export async function runDemo(opts: DemoOptions = {}): Promise<DemoReport> {
         })
         .catch(() => {})
     }
-    await new Promise((r) => setTimeout(r, stepMs * steps * 0.45))
+    // Checkpoint once most episodes are a few steps in (not on a timer, which a loaded machine
+    // would turn into a checkpoint before the first boundary).
+    const env = fleetB.environments[0]!.participant as SimEnvironment
+    const until = Date.now() + 30_000
+    while ([...env.episodes.values()].filter((e) => (e.boundary?.step ?? 0) >= Math.min(2, steps - 1)).length < Math.ceil(n / 2) && Date.now() < until) {
+      await new Promise((r) => setTimeout(r, stepMs / 2))
+    }
     const tCk = Date.now()
     const ck = await checkpoint(c, {root, tracker, timeoutS: 30, controllerState: () => ({completed: Object.fromEntries(completed)})})
     const tCkDone = Date.now()
