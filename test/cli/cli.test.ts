@@ -102,6 +102,39 @@ describe('gymckpt CLI (built, run as a process)', () => {
     expect((await fresh.run({rolloutId: 'a', attempt: 1, steps: 300, stepMs: 0})).status).toBe(200)
   })
 
+  it('fleet runs a rehearsal fleet in its own process that the other commands drive, until SIGINT', async () => {
+    const dir = await tempDir()
+    const fleetFile = path.join(dir, 'fleet.yaml')
+    let proc: ReturnType<typeof import('node:child_process').spawn> | undefined
+    const run = cli(['fleet', '--write-fleet', fleetFile, '--fault', 'policy_model:commit:status:503', '--json'], {
+      onSpawn: (p) => (proc = p),
+      timeoutMs: 60_000,
+    })
+    await waitFor(async () => (await readFile(fleetFile, 'utf8').catch(() => '')).includes('judge_model'), 20_000, 'fleet file')
+    const d = await cli(['discover', '--fleet', fleetFile, '--json'])
+    expect(d.json.participants.map((p: {server: string}) => p.server)).toEqual(['weather_env', 'policy_model', 'simple_agent', 'weather_resources'])
+    const failed = await cli(['checkpoint', '--fleet', fleetFile, '--root', dir, '--json'])
+    expect(failed.code).toBe(4)
+    expect(failed.json.error.message).toContain('policy_model: HTTP 503')
+    const ok = await cli(['checkpoint', '--fleet', fleetFile, '--root', dir, '--json'])
+    expect(ok.code, ok.stdout).toBe(0)
+    proc!.kill('SIGINT')
+    const r = await run
+    expect(r.code).toBe(0)
+    expect(JSON.parse(r.stdout.split('\n')[0]!).servers).toHaveLength(5)
+    noSecret(r)
+  })
+
+  it('renew extends every lease of an open checkpoint', async () => {
+    const fleet = await startFleet({members: FULL})
+    const prep = await cli(['prepare', ...servers(fleet), '--timeout', '5', '--json'])
+    const id = prep.json.checkpoint_id
+    const r = await cli(['renew', ...servers(fleet), '--id', id, '--timeout', '3600', '--json'])
+    expect(r.code).toBe(0)
+    for (const t of Object.values(r.json.lease_expires_at) as number[]) expect(t).toBeGreaterThan(Date.now() / 1000 + 3600)
+    expect((await cli(['resume', ...servers(fleet), '--id', id])).code).toBe(0)
+  })
+
   it('retire and forget', async () => {
     const fleet = await startFleet({members: FULL})
     const r = await cli(['retire', ...servers(fleet), '--episode', 'r7', '--episode', 'r9@1', '--json'])

@@ -232,3 +232,37 @@ describe('participant double: restore', () => {
     expect(s.participant!.admissionClosed).toBe(false)
   })
 })
+
+describe('participant double: episodes during a checkpoint', () => {
+  it('refuses a new /run with admission_closed while a checkpoint is open', async () => {
+    const fleet = await startFleet({members: MEMBERS})
+    const env = fleet.server('env')
+    await control(env.url, 'prepare', {checkpoint_id: 'c', deadline_ts: soon()})
+    const r = await fleet.run({rolloutId: 'new'})
+    expect(r.status).toBe(409)
+    expect((r.body as {error: {code: string}}).error.code).toBe('admission_closed')
+    await control(env.url, 'resume', {checkpoint_id: 'c', deadline_ts: soon()})
+    expect((await fleet.run({rolloutId: 'new', steps: 2, stepMs: 1})).status).toBe(200)
+  })
+
+  it('a replay step in flight does not block prepare; the boundary before it is exported', async () => {
+    const fleet = await startFleet({members: MEMBERS})
+    const env = fleet.server('env')
+    const sim = env.participant as SimEnvironment
+    const run = fleet.run({rolloutId: 'rp', steps: 3, stepMs: 400, stepMode: 'replay'})
+    await waitFor(() => sim.episodes.get('rp')?.state === 'replaying')
+    const t0 = Date.now()
+    const prep = await control(env.url, 'prepare', {checkpoint_id: 'c', deadline_ts: soon()})
+    expect(prep.json.phase).toBe('prepared')
+    expect(Date.now() - t0).toBeLessThan(300)
+    const dir = await tempDir()
+    const commit = await control(env.url, 'commit', {checkpoint_id: 'c', deadline_ts: soon(), checkpoint_dir: dir, episode_ids: [{rollout_id: 'rp', attempt: 0}]})
+    expect(commit.json.episode_ids).toEqual(['rp'])
+    const {readParticipantState} = await import('../../src/storage/participant-store.js')
+    const state = await readParticipantState(path.join(dir, 'gym', 'environment', 'env'), {keep: new Set(['rp'])})
+    // No boundary yet: after a crash it starts over from its input.
+    expect((state.kept[0]!.record as Map<string, unknown>).get('boundary')).toBeNull()
+    await control(env.url, 'resume', {checkpoint_id: 'c', deadline_ts: soon()})
+    expect((await run).status).toBe(200)
+  })
+})
