@@ -41,19 +41,29 @@ export class LeaseKeeper {
 }
 
 /**
- * Prepares; when a stage misses its deadline, resumes every participant (unless keepClosed) and
- * raises `not_prepared` with each server's blockers.
+ * Prepares. When a stage misses its deadline, fails, or is interrupted, resumes every participant
+ * (unless keepClosed: then only a missed deadline leaves the fleet closed) and raises:
+ * `not_prepared` with each server's blockers, the stage's error, or `interrupted`.
  */
 export async function prepareOrAbort(c: Coordinator, id: string, deadlineTs: number, opts: {keepClosed?: boolean; log?: Log} = {}): Promise<PrepareResult> {
-  const prep = await prepare(c, id, deadlineTs)
-  if (prep.prepared) return prep
-  if (!opts.keepClosed) {
+  const abort = async () => {
     try {
       await resume({...c, signal: undefined}, id, Math.max(deadlineTs, Date.now() / 1000 + 30))
     } catch (err) {
-      opts.log?.(`resume of '${id}' after the missed prepare failed: ${(err as Error).message}`)
+      opts.log?.(`resume of '${id}' after the failed prepare failed: ${(err as Error).message}`)
     }
   }
+  let prep: PrepareResult
+  try {
+    prep = await prepare(c, id, deadlineTs)
+  } catch (err) {
+    // Earlier stages are closed: reopen them, and fence the ID on the stages never reached.
+    await abort()
+    if (c.signal?.aborted) throw new ControllerError('interrupted', `interrupted while preparing '${id}'; the fleet was resumed`)
+    throw err
+  }
+  if (prep.prepared) return prep
+  if (!opts.keepClosed) await abort()
   const blockers = prep.blockers()
   const list = Object.entries(blockers)
     .map(([s, b]) => `${s}: ${b.blockerCount} (${b.blockers.slice(0, 5).join(', ')}${b.blockerCount > 5 ? ', …' : ''})`)
@@ -174,11 +184,10 @@ export async function checkpoint(c: Coordinator, opts: CheckpointOptions): Promi
   let failed = false
   try {
     phase('prepare', 'start')
-    // prepareOrAbort resumes by itself when prepare misses its deadline.
+    // prepareOrAbort resumes by itself when prepare does not succeed.
     resumeNeeded = false
     const prep = await prepareOrAbort(c, id, deadlineTs, {keepClosed: opts.keepClosedOnBlockers, log}).catch((err: unknown) => {
       phase('prepare', 'failed')
-      if (!(err instanceof ControllerError && err.code === 'not_prepared')) resumeNeeded = true
       throw err
     })
     resumeNeeded = true

@@ -8,7 +8,7 @@ import {describe, expect, it} from 'vitest'
 import {Fleet} from '../../src/control-plane/fleet.js'
 import {SimEnvironment} from '../../src/control-plane/sim.js'
 import {ControlClient} from '../../src/coordination/client.js'
-import {LeaseKeeper, checkpoint, commitAndPublish, restoreCheckpoint} from '../../src/coordination/controller.js'
+import {LeaseKeeper, checkpoint, commitAndPublish, prepareOrAbort, restoreCheckpoint} from '../../src/coordination/controller.js'
 import {discover} from '../../src/coordination/discover.js'
 import {ControllerError, CoordinationError} from '../../src/coordination/errors.js'
 import {Coordinator, prepare, resume, retire} from '../../src/coordination/operations.js'
@@ -121,6 +121,16 @@ describe('fan-out order and bodies', () => {
     expect(fleet.server('agent').journal.some((j) => j.route === 'prepare')).toBe(false)
     // Resume fences the never-reached servers too, so a late prepare of c1 is refused there.
     await resume(c, 'c1', soon())
+    expect((await control(fleet.server('res').url, 'prepare', {checkpoint_id: 'c1', deadline_ts: soon()})).json.error.code).toBe('stale_checkpoint')
+  })
+
+  it('a stage that fails reopens the earlier stages and fences the later ones', async () => {
+    const fleet = await startFleet({members: FULL})
+    const c = await coordinatorFor(fleet)
+    fleet.server('agent').faults.add('prepare', {type: 'status', status: 500})
+    const err = await prepareOrAbort(c, 'c1', soon()).catch((e: unknown) => e)
+    expect((err as Error).message).toMatch(/^checkpoint prepare failed on 1 participant\(s\): agent: HTTP 500/)
+    for (const n of ['env', 'policy', 'agent', 'res']) expect((await control(fleet.server(n).url, 'status')).json.phase).toBe('idle')
     expect((await control(fleet.server('res').url, 'prepare', {checkpoint_id: 'c1', deadline_ts: soon()})).json.error.code).toBe('stale_checkpoint')
   })
 
