@@ -1,5 +1,6 @@
 import chalk from 'chalk'
 
+import {CommitOutcome} from '../coordination/controller.js'
 import {EpisodeId, captureKey} from '../protocol/episode.js'
 
 /** Human output: tables on stdout, notes and progress on stderr. */
@@ -33,4 +34,17 @@ export function keys(episodes: EpisodeId[], max = 20): string {
 
 export function episodesJson(episodes: EpisodeId[]): {rollout_id: string; attempt: number}[] {
   return episodes.map((e) => ({rollout_id: e.rolloutId, attempt: e.attempt}))
+}
+
+/** The --json document of a commit, from `commit` and `checkpoint` alike. */
+export function commitJson(out: CommitOutcome) {
+  return {
+    checkpoint_id: out.checkpointId,
+    checkpoint_dir: out.checkpointDir,
+    published: out.published,
+    continued: episodesJson(out.continued),
+    restarted: episodesJson(out.restarted),
+    awaited_runs: episodesJson(out.awaitedRuns),
+    participants: Object.fromEntries([...out.replies].map(([s, r]) => [s, {manifest: r.manifest, episode_ids: r.episode_ids}])),
+  }
 }

@@ -2,7 +2,7 @@ import {Flags} from '@oclif/core'
 
 import {BaseCommand, EXIT_CODES_HELP, fleetFlags, timeoutFlag} from '../cli/base.js'
 import {readEpisodes} from '../cli/inputs.js'
-import {episodesJson, keys, note, warn} from '../cli/output.js'
+import {commitJson, keys, note, warn} from '../cli/output.js'
 import {withProgress} from '../cli/progress.js'
 import {checkpoint} from '../coordination/controller.js'
 
@@ -48,13 +48,6 @@ is resumed before the command exits. Leases are renewed while it runs. Progress 
       this.log(out.checkpointDir)
       note(`checkpoint '${out.checkpointId}' published; continued: ${keys(out.continued)}; restarted: ${keys(out.restarted)}`)
     }
-    return {
-      checkpoint_id: out.checkpointId,
-      checkpoint_dir: out.checkpointDir,
-      published: out.published,
-      continued: episodesJson(out.continued),
-      restarted: episodesJson(out.restarted),
-      participants: Object.fromEntries([...out.replies].map(([s, r]) => [s, {manifest: r.manifest, episode_ids: r.episode_ids}])),
-    }
+    return commitJson(out)
   }
 }

@@ -2,7 +2,7 @@ import {Flags} from '@oclif/core'
 
 import {BaseCommand, EXIT_CODES_HELP, fleetFlags, timeoutFlag} from '../cli/base.js'
 import {readEpisodes} from '../cli/inputs.js'
-import {episodesJson, keys, note, warn} from '../cli/output.js'
+import {commitJson, keys, note, warn} from '../cli/output.js'
 import {commitAndPublish} from '../coordination/controller.js'
 import {ControllerError} from '../coordination/errors.js'
 import {restartsOf} from '../coordination/operations.js'
@@ -48,13 +48,6 @@ Episodes: one per line as r, r-a2, r@2 or {"rollout_id":"r","attempt":2}; or a J
       note(out.published ? `published: LATEST -> ${id}` : 'not published (--no-publish)')
       note(`next: gymckpt resume --id ${id}`)
     }
-    return {
-      checkpoint_id: id,
-      checkpoint_dir: out.checkpointDir,
-      published: out.published,
-      continued: episodesJson(out.continued),
-      restarted: episodesJson(out.restarted),
-      participants: Object.fromEntries([...out.replies].map(([s, r]) => [s, {manifest: r.manifest, episode_ids: r.episode_ids}])),
-    }
+    return commitJson(out)
   }
 }

@@ -80,7 +80,6 @@ interface CommitJob {
   scope: ReadonlySet<string> | null
   exported: ExportedRecord[] | null
   write: Promise<ParticipantManifest> | null
-  manifest: ParticipantManifest | null
   exportedKeys: string[]
   cleanup: Promise<void> | null
   stopped: boolean
@@ -298,7 +297,7 @@ export class ControlPlane {
           if (bad.length) throw new ControlError('restart_in_scope', `the commit scope names episodes that restart: ${JSON.stringify(bad)}`)
         }
         const scopeKeys = scope ? new Set(scope.map(captureKey)) : null
-        job = {args, scope: scopeKeys, exported: null, write: null, manifest: null, exportedKeys: [], cleanup: null, stopped: false}
+        job = {args, scope: scopeKeys, exported: null, write: null, exportedKeys: [], cleanup: null, stopped: false}
         try {
           // The cut: taken once, at the first commit, and never again for this checkpoint.
           job.exported = this.participant.exportRecords(scopeKeys)
@@ -348,7 +347,6 @@ export class ControlPlane {
       },
       lines(),
     ).then(async (manifest) => {
-      job.manifest = manifest
       // Restored state this scope does not continue is deleted, not carried to the next checkpoint.
       if (job.scope && !job.cleanup) {
         const drop = p.restoredKeys().filter((k) => !job.scope!.has(k))
