@@ -74,14 +74,14 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
   }
 
   /** Reads the token, discovers the fleet, and returns a Coordinator over its participants. */
-  protected async connect(onStage?: Coordinator['onStage']): Promise<{coordinator: Coordinator; discovery: Discovery}> {
+  protected async connect(onStage?: Coordinator['onStage'], opts: {tolerant?: boolean} = {}): Promise<{coordinator: Coordinator; discovery: Discovery}> {
     const f = this.flags as unknown as {head?: string; server?: string[]; fleet?: string; 'token-env': string; 'token-file'?: string; 'probe-timeout': number}
     const source = this.fleetSource(f)
     const token = await readToken({tokenEnv: f['token-env'], tokenFile: f['token-file']})
     this.client = new ControlClient({token})
     const probeTimeoutMs = f['probe-timeout'] * 1000
     const servers = await resolveSource(source, probeTimeoutMs)
-    const discovery = await discover(this.client, servers, {probeTimeoutMs, signal: this.signal})
+    const discovery = await discover(this.client, servers, {probeTimeoutMs, signal: this.signal, tolerant: opts.tolerant})
     return {coordinator: {client: this.client, participants: discovery.participants, signal: this.signal, onStage}, discovery}
   }
 

@@ -1,14 +1,16 @@
 import {BaseCommand, EXIT_CODES_HELP, fleetFlags} from '../cli/base.js'
 import {table} from '../cli/output.js'
+import {ControllerError, CoordinationError, failureMessage} from '../coordination/errors.js'
 
 export default class Status extends BaseCommand<typeof Status> {
   static override summary = 'Show every participant\'s phase, checkpoint, lease and readiness.'
-  static override description = `One status call per participant, all at once.\n\n${EXIT_CODES_HELP}`
+  static override description = `One status call per participant, all at once. Servers that fail their probe are listed too,
+with their error, and the command then exits 3.\n\n${EXIT_CODES_HELP}`
   static override examples = ['<%= config.bin %> status --fleet fleet.yaml', '<%= config.bin %> status --head http://head:11000 --json | jq .participants']
   static override flags = {...fleetFlags}
 
   async run() {
-    const {discovery} = await this.connect()
+    const {discovery} = await this.connect(undefined, {tolerant: true})
     const participants = discovery.participants.map((p) => {
       const s = p.status
       return {
@@ -34,7 +36,12 @@ export default class Status extends BaseCommand<typeof Status> {
         restarts: p.restarts.length,
         retired: p.retired_rollouts,
       }))
-      this.log(table(rows, ['server', 'kind', 'phase', 'checkpoint_id', 'lease', 'ready', 'blockers', 'restarts', 'retired']))
+      const failed = discovery.failures.map((f) => ({server: f.server, kind: '?', phase: 'UNREACHABLE', checkpoint_id: failureMessage(f)}))
+      this.log(table([...rows, ...failed], ['server', 'kind', 'phase', 'checkpoint_id', 'lease', 'ready', 'blockers', 'restarts', 'retired']))
+    }
+    if (discovery.failures.length) {
+      const e = new CoordinationError('discover', discovery.failures)
+      throw new ControllerError(e.code, e.message, {failures: e.failures, participants})
     }
     return {participants}
   }

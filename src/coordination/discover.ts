@@ -25,6 +25,8 @@ export interface Discovery {
   participants: DiscoveredParticipant[]
   /** Servers that answered 404: not checkpoint participants. */
   skipped: ServerRef[]
+  /** Only with `tolerant`: the servers that failed their probe. */
+  failures: ParticipantFailure[]
 }
 
 const SERVER_GROUPS = ['environment_servers', 'responses_api_models', 'responses_api_agents', 'resources_servers'] as const
@@ -143,6 +145,8 @@ export interface DiscoverOptions {
   /** Bound on one server's whole probe (Gym: 60 s). */
   probeTimeoutMs?: number
   signal?: AbortSignal
+  /** Report failing servers in the result instead of failing (for status displays only). */
+  tolerant?: boolean
 }
 
 export const KIND_ORDER: readonly Kind[] = KINDS
@@ -190,9 +194,9 @@ export async function discover(client: ControlClient, servers: ServerRef[], opts
       }
     }),
   )
-  if (failures.length) throw new CoordinationError('discover', failures, 'every participant must answer before a checkpoint is safe')
-  if (!participants.some((p) => p.kind === 'model')) {
-    throw new CoordinationError('discover', [{server: 'deployment', status: null, code: 'no_model', message: 'no policy model takes part in checkpoints'}])
+  if (!participants.some((p) => p.kind === 'model') && !failures.some((f) => f.code !== 'unknown_kind')) {
+    failures.push({server: 'deployment', status: null, code: 'no_model', message: 'no policy model takes part in checkpoints'})
   }
-  return {participants: sortParticipants(participants), skipped}
+  if (failures.length && !opts.tolerant) throw new CoordinationError('discover', failures, 'every participant must answer before a checkpoint is safe')
+  return {participants: sortParticipants(participants), skipped, failures: [...failures].sort((a, b) => a.server.localeCompare(b.server))}
 }
