@@ -13,7 +13,7 @@ import {
 } from '../protocol/wire.js'
 import {CheckpointStateError} from '../storage/errors.js'
 import {participantDir, readParticipantState, StoredRecord, writeParticipantState} from '../storage/participant-store.js'
-import {PyJsonError, PyValue, pyDumpsBuffer} from '../storage/pyjson.js'
+import {PyJsonError, PyValue, pyDumpsView} from '../storage/pyjson.js'
 import {Mutex, Notifier, raceDeadline} from './util.js'
 
 /** A refusal the control plane sends on purpose, in Gym's `{"error": {code, detail}}` envelope. */
@@ -329,7 +329,8 @@ export class ControlPlane {
     function* lines(): Generator<Buffer> {
       for (const r of records) {
         try {
-          yield pyDumpsBuffer(r.record)
+          // A view the writer copies before the next record is encoded.
+          yield pyDumpsView(r.record)
         } catch (err) {
           if (err instanceof PyJsonError) throw new CheckpointStateError(`checkpoint record of episode '${captureKey(r.episode)}' cannot be written: ${err.message}`)
           throw err

@@ -52,7 +52,8 @@ const WRITE_BUFFER_BYTES = 1 << 20
 const NEWLINE = Buffer.from('\n')
 
 /**
- * Streams encoded record lines (each without its newline; strings are written as UTF-8) into `records-<sha256>.jsonl`, then
+ * Streams encoded record lines (each without its newline; strings are written as UTF-8; a
+ * Buffer line is copied or written before the next one is read) into `records-<sha256>.jsonl`, then
  * creates `manifest.json` (never replacing one). Every directory from the participant directory up
  * to the checkpoint directory is fsynced before the manifest appears, so a host crash cannot lose
  * an entry under a committed manifest. Returns the manifest that is on disk.
@@ -78,23 +79,29 @@ export async function writeParticipantState(opts: WriteStateOptions, lines: Iter
       throw new CheckpointStateError(`cannot write checkpoint state under ${dir}: ${(err as Error).message}`)
     }
     try {
-      let pending: Buffer[] = []
-      let pendingBytes = 0
+      // Lines are copied into one reused batch buffer (the caller may reuse a line's memory as
+      // soon as the next one is asked for); a line larger than the batch is written directly.
+      const batch = Buffer.allocUnsafe(WRITE_BUFFER_BYTES)
+      let used = 0
       for await (const line of lines) {
         if (opts.shouldStop?.()) throw new WriteStoppedError(label)
         const buf = typeof line === 'string' ? Buffer.from(line, 'utf8') : line
         hash.update(buf)
         hash.update(NEWLINE)
         count++
-        pending.push(buf, NEWLINE)
-        pendingBytes += buf.length + 1
-        if (pendingBytes >= WRITE_BUFFER_BYTES) {
-          await fh.writev(pending)
-          pending = []
-          pendingBytes = 0
+        if (used + buf.length + 1 > batch.length) {
+          if (used) await fh.write(batch, 0, used)
+          used = 0
+          if (buf.length + 1 > batch.length) {
+            await fh.write(buf)
+            await fh.write(NEWLINE)
+            continue
+          }
         }
+        used += buf.copy(batch, used)
+        batch[used++] = 0x0a
       }
-      if (pending.length) await fh.writev(pending)
+      if (used) await fh.write(batch, 0, used)
       await fh.sync()
     } finally {
       await fh.close()

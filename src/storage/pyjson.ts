@@ -60,18 +60,6 @@ export function pyFloatRepr(x: number): string {
   return neg ? `-${out}` : out
 }
 
-const NON_ASCII = /[\x7f-\uffff]/
-const NON_ASCII_G = /[\x7f-\uffff]/g
-
-/**
- * A string as Python's json.dumps writes it. JSON.stringify already escapes `"`, `\`, control
- * characters and lone surrogates exactly as Python does; Python also escapes DEL and non-ASCII.
- */
-export function pyString(s: string): string {
-  const j = JSON.stringify(s)
-  return NON_ASCII.test(j) ? j.replace(NON_ASCII_G, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`) : j
-}
-
 /** `json.dumps(value)` with Python's defaults: `, ` and `: ` separators, ASCII output, NaN tokens. */
 export function pyDumps(value: PyValue | undefined): string {
   return pyDumpsBuffer(value).toString('latin1')
@@ -83,6 +71,14 @@ export function pyDumps(value: PyValue | undefined): string {
  * as much as the encoding itself on records of hundreds of KB.
  */
 export function pyDumpsBuffer(value: PyValue | undefined): Buffer {
+  return Buffer.from(pyDumpsView(value))
+}
+
+/**
+ * pyDumpsBuffer without the copy: a view of a scratch buffer that the next call overwrites. For a
+ * consumer that copies or writes the bytes before it encodes the next value (the records writer).
+ */
+export function pyDumpsView(value: PyValue | undefined): Buffer {
   const w = new ByteWriter()
   try {
     write(value, 0, w)
@@ -90,8 +86,12 @@ export function pyDumpsBuffer(value: PyValue | undefined): Buffer {
     if (err instanceof RangeError) throw new PyJsonError('value nests too deeply to encode')
     throw err
   }
-  return w.take()
+  return w.view()
 }
+
+const SHORT_ESCAPE: (number | undefined)[] = []
+for (const [c, e] of [['"', '"'], ['\\', '\\'], ['\n', 'n'], ['\r', 'r'], ['\t', 't'], ['\b', 'b'], ['\f', 'f']] as const) SHORT_ESCAPE[c.charCodeAt(0)] = e.charCodeAt(0)
+const HEX_DIGIT = Buffer.from('0123456789abcdef')
 
 class ByteWriter {
   private static scratch = Buffer.allocUnsafe(1 << 16)
@@ -122,12 +122,43 @@ class ByteWriter {
     this.buf[this.n++] = c
   }
 
-  take(): Buffer {
-    const out = Buffer.allocUnsafe(this.n)
-    this.buf.copy(out, 0, 0, this.n)
-    // Keep a grown buffer for the next record, up to a bound.
+  /**
+   * A string as Python's json.dumps writes it: `"` `\\` and \b \f \n \r \t as short escapes,
+   * everything else outside ' '..'~' (DEL, non-ASCII, each UTF-16 unit of an astral character)
+   * as a lowercase \uXXXX.
+   */
+  string(s: string): void {
+    const len = s.length
+    this.reserve(len * 6 + 2)
+    const b = this.buf
+    let n = this.n
+    b[n++] = 0x22
+    for (let i = 0; i < len; i++) {
+      const c = s.charCodeAt(i)
+      if (c >= 0x20 && c < 0x7f && c !== 0x22 && c !== 0x5c) {
+        b[n++] = c
+        continue
+      }
+      b[n++] = 0x5c
+      const short = SHORT_ESCAPE[c]
+      if (short !== undefined) {
+        b[n++] = short
+        continue
+      }
+      b[n++] = 0x75
+      b[n++] = HEX_DIGIT[(c >> 12) & 15]!
+      b[n++] = HEX_DIGIT[(c >> 8) & 15]!
+      b[n++] = HEX_DIGIT[(c >> 4) & 15]!
+      b[n++] = HEX_DIGIT[c & 15]!
+    }
+    b[n++] = 0x22
+    this.n = n
+  }
+
+  view(): Buffer {
+    // Keep a grown buffer for the next value, up to a bound.
     if (this.buf.length <= 1 << 24) ByteWriter.scratch = this.buf
-    return out
+    return this.buf.subarray(0, this.n)
   }
 }
 
@@ -146,7 +177,7 @@ function write(v: PyValue | undefined, depth: number, w: ByteWriter): void {
   if (depth > MAX_DEPTH) throw new PyJsonError(`value nests deeper than ${MAX_DEPTH} levels`)
   switch (typeof v) {
     case 'string':
-      return w.ascii(pyString(v))
+      return w.string(v)
     case 'number':
       return w.ascii(pyNumber(v))
     case 'boolean':
@@ -174,7 +205,7 @@ function write(v: PyValue | undefined, depth: number, w: ByteWriter): void {
       if (typeof k !== 'string') throw new PyJsonError(`dict key ${String(k)} is not a string`)
       if (!first) w.ascii(', ')
       first = false
-      w.ascii(pyString(k))
+      w.string(k)
       w.ascii(': ')
       write(val, depth + 1, w)
     }
@@ -188,7 +219,7 @@ function write(v: PyValue | undefined, depth: number, w: ByteWriter): void {
   for (const k of Object.keys(v)) {
     if (!first) w.ascii(', ')
     first = false
-    w.ascii(pyString(k))
+    w.string(k)
     w.ascii(': ')
     write((v as Record<string, PyValue>)[k], depth + 1, w)
   }

@@ -34,6 +34,25 @@ describe('writeParticipantState', () => {
     expect(pyDumps(read.kept[0]!.record)).toBe(lines[1])
   })
 
+  it('streams records larger than its write batch, and Buffer lines whose memory is reused', async () => {
+    const root = await tempDir()
+    const big = line('big', 0, `, "blob": "${'x'.repeat(3 << 20)}"`)
+    const scratch = Buffer.alloc(64)
+    function* lines() {
+      for (const l of [line('a'), big, line('b')]) {
+        // Reuse one buffer for the small lines, as pyDumpsView does.
+        if (l.length <= scratch.length) {
+          scratch.write(l, 'latin1')
+          yield scratch.subarray(0, l.length)
+        } else yield l
+      }
+    }
+    const m = await writeParticipantState(opts(root), lines())
+    const text = await readFile(path.join(participantDir(root, 'environment', 'env'), m.records_file), 'utf8')
+    expect(text).toBe([line('a'), big, line('b')].join('\n') + '\n')
+    expect(m.record_count).toBe(3)
+  })
+
   it('an empty checkpoint has an empty records file with the empty digest', async () => {
     const root = await tempDir()
     const m = await writeParticipantState(opts(root), [])
