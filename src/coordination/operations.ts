@@ -1,4 +1,4 @@
-import {EpisodeId, captureKey, fromCaptureKey, nextAttempt, sameEpisode, toWire} from '../protocol/episode.js'
+import {EpisodeId, fromCaptureKey, nextAttempt, sameEpisode, toWire} from '../protocol/episode.js'
 import {Kind, Operation, PrepareReply, ReplyOf} from '../protocol/wire.js'
 import {ControlClient} from './client.js'
 import {KIND_ORDER, Participant, sortParticipants} from './discover.js'
@@ -210,8 +210,4 @@ export async function restore(c: Coordinator, restoreId: string, checkpointDir: 
     throw error
   }
   return {replies: r.replies, replacements: episodes.map(nextAttempt)}
-}
-
-export function keysOf(episodes: EpisodeId[]): string[] {
-  return episodes.map(captureKey)
 }

@@ -103,11 +103,6 @@ describe('readParticipantState: every invalid_checkpoint_state case', () => {
     const m = await writeParticipantState(opts(root), [line('r1'), line('r2')])
     return {dir: participantDir(root, 'environment', 'env'), manifest: m}
   }
-  async function withManifest(text: string): Promise<string> {
-    const {dir} = await committed()
-    await writeFile(path.join(dir, 'manifest.json'), text)
-    return dir
-  }
   const read = (dir: string) => readParticipantState(dir, {kind: 'environment', instance: 'env'})
 
   it('missing manifest', async () => {
