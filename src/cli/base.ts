@@ -56,7 +56,7 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
       for (const sig of ['SIGINT', 'SIGTERM'] as const) {
         const h = () => {
           if (this.abort.signal.aborted) process.exit(EXIT.interrupted)
-          process.stderr.write(`\n${sig}: stopping and resuming the fleet (send again to exit at once)\n`)
+          process.stderr.write(`\n${sig}: stopping cleanly (send again to exit at once)\n`)
           this.abort.abort(new ControllerError('interrupted', `interrupted by ${sig}`))
         }
         process.on(sig, h)
