@@ -59,6 +59,16 @@ const NEWLINE = Buffer.from('\n')
  * an entry under a committed manifest. Returns the manifest that is on disk.
  */
 export async function writeParticipantState(opts: WriteStateOptions, lines: Iterable<string | Buffer> | AsyncIterable<string | Buffer>): Promise<ParticipantManifest> {
+  try {
+    return await writeInner(opts, lines)
+  } catch (err) {
+    if (err instanceof CheckpointStateError) throw err
+    // ENOSPC, EIO, a failed fsync, a corrupt existing manifest: typed, never a bare 500.
+    throw new CheckpointStateError(`cannot write checkpoint state under ${opts.checkpointDir}: ${(err as Error).message}`)
+  }
+}
+
+async function writeInner(opts: WriteStateOptions, lines: Iterable<string | Buffer> | AsyncIterable<string | Buffer>): Promise<ParticipantManifest> {
   const dir = participantDir(opts.checkpointDir, opts.kind, opts.instance)
   const label = `checkpoint '${opts.checkpointId}'`
   const runLocked = opts.runLocked ?? (<T>(fn: () => Promise<T>) => fn())
@@ -127,7 +137,13 @@ export async function writeParticipantState(opts: WriteStateOptions, lines: Iter
       return createExclusive(manifestPath, encodeManifest(manifest))
     })
     if (!created) {
-      const existing = await readManifestFile(dir)
+      let existing: ParticipantManifest
+      try {
+        existing = await readManifestFile(dir)
+      } catch (err) {
+        await unlink(recordsPath).catch(() => {})
+        throw new CheckpointStateError(`${dir} already holds a manifest that cannot be read (${(err as Error).message}); it is left as it is`)
+      }
       if (!sameJson(existing, manifest)) {
         if (existing.records_file !== manifest.records_file) await unlink(recordsPath).catch(() => {})
         throw new CheckpointStateError(`${dir} already holds a different commit (${existing.checkpoint_id}, ${existing.records_file})`)

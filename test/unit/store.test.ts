@@ -91,6 +91,18 @@ describe('writeParticipantState', () => {
     await expect(writeParticipantState(opts(file), [line('r1')])).rejects.toThrow(/cannot write checkpoint state/)
   })
 
+  it('a corrupt manifest already in place is a typed error, and nothing replaces it', async () => {
+    const root = await tempDir()
+    const dir = participantDir(root, 'environment', 'env')
+    await mkdir(dir, {recursive: true})
+    await writeFile(path.join(dir, 'manifest.json'), '{broken')
+    const err = await writeParticipantState(opts(root), [line('r1')]).catch((e: unknown) => e)
+    expect(err).toBeInstanceOf(CheckpointStateError)
+    expect((err as Error).message).toMatch(/already holds a manifest that cannot be read/)
+    expect(await readFile(path.join(dir, 'manifest.json'), 'utf8')).toBe('{broken')
+    expect(await readdir(dir)).toEqual(['manifest.json'])
+  })
+
   it('refuses unsafe kind and instance names', () => {
     expect(() => participantDir('/x', '..', 'env')).toThrow(/not a safe path component/)
     expect(() => participantDir('/x', 'model', 'a/b')).toThrow(/not a safe path component/)
