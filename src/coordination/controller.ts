@@ -127,7 +127,7 @@ export async function commitAndPublish(c: Coordinator, plan: CommitPlan): Promis
   const restarted = plan.episodes ? plan.episodes.filter((e) => restartKeys.has(captureKey(e))) : plan.restarts
   const publish = plan.publish ?? true
   if (publish) {
-    const manifest: ControllerManifest & {controller_state?: unknown} = {
+    const manifest: ControllerManifest = {
       format_version: FORMAT_VERSION,
       checkpoint_id: plan.checkpointId,
       created_at: Date.now() / 1000,
@@ -280,7 +280,6 @@ export async function restoreCheckpoint(c: Coordinator, opts: RestoreOptions): P
   const restarted = summary.restarted.map(fromWire)
   // A harness that outlived the crash must not write into the rerun of a restart.
   if (restarted.length) await retire(c, restoreId, restarted, Date.now() / 1000 + timeoutS)
-  const raw = summary.source === 'gymckpt.json' ? await readControllerState(resolved.checkpointDir) : undefined
   return {
     restoreId,
     checkpointId: summary.checkpointId,
@@ -290,14 +289,8 @@ export async function restoreCheckpoint(c: Coordinator, opts: RestoreOptions): P
     restoredByServer: Object.fromEntries([...out.replies].map(([s, r]) => [s, r.restored])),
     resumed,
     verify,
-    controllerState: raw,
+    controllerState: summary.controllerState,
   }
-}
-
-async function readControllerState(dir: string): Promise<unknown> {
-  const {readFile} = await import('node:fs/promises')
-  const m = JSON.parse(await readFile(path.join(dir, 'gymckpt.json'), 'utf8')) as {controller_state?: unknown}
-  return m.controller_state
 }
 
 function asInvalid(err: unknown): never {

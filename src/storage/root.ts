@@ -23,6 +23,8 @@ export const ControllerManifest = z.object({
   participants: z.array(
     z.object({server: z.string(), kind: z.string(), instance: z.string(), manifest: ParticipantManifest, episode_ids: z.array(z.string())}),
   ),
+  /** Opaque state the controller keeps with the checkpoint (the demo keeps completed results). */
+  controller_state: z.unknown().optional(),
 })
 export type ControllerManifest = z.infer<typeof ControllerManifest>
 
@@ -42,6 +44,8 @@ export interface CheckpointSummary {
   continued: EpisodeIdWire[]
   restarted: EpisodeIdWire[]
   participants: ControllerManifest['participants'] | null
+  /** What the controller stored with the checkpoint (gymckpt.json's controller_state), if anything. */
+  controllerState: unknown
 }
 
 export async function writeControllerManifest(checkpointDir: string, m: ControllerManifest): Promise<void> {
@@ -94,14 +98,14 @@ export async function readCheckpointSummary(checkpointDir: string): Promise<Chec
     const p = ControllerManifest.safeParse(ours)
     if (!p.success) throw new CheckpointStateError(`${path.join(checkpointDir, CONTROLLER_MANIFEST)} is not a gymckpt manifest: ${describeIssue(p.error)}`)
     const m = p.data
-    return {source: CONTROLLER_MANIFEST, checkpointId: m.checkpoint_id, createdAt: m.created_at, continued: m.continued, restarted: m.restarted, participants: m.participants}
+    return {source: CONTROLLER_MANIFEST, checkpointId: m.checkpoint_id, createdAt: m.created_at, continued: m.continued, restarted: m.restarted, participants: m.participants, controllerState: m.controller_state}
   }
   const gym = await readJsonIfExists(path.join(checkpointDir, GYM_COLLECTION_MANIFEST))
   if (gym !== undefined) {
     const p = GymCollectionManifest.safeParse(gym)
     if (!p.success) throw new CheckpointStateError(`${path.join(checkpointDir, GYM_COLLECTION_MANIFEST)} is not a Gym collection manifest: ${describeIssue(p.error)}`)
     const m = p.data
-    return {source: GYM_COLLECTION_MANIFEST, checkpointId: m.checkpoint_id, createdAt: m.created_at, continued: m.continued, restarted: m.restarted, participants: null}
+    return {source: GYM_COLLECTION_MANIFEST, checkpointId: m.checkpoint_id, createdAt: m.created_at, continued: m.continued, restarted: m.restarted, participants: null, controllerState: undefined}
   }
   return null
 }
