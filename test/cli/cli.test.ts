@@ -22,7 +22,7 @@ describe('gymckpt CLI (built, run as a process)', () => {
   it('--help documents the commands and the exit-code table', async () => {
     const r = await cli(['--help'])
     expect(r.code).toBe(0)
-    for (const c of ['checkpoint', 'commit', 'demo', 'discover', 'fleet', 'forget', 'prepare', 'renew', 'restore', 'resume', 'retire', 'status', 'verify']) expect(r.stdout).toContain(c)
+    for (const c of ['checkpoint', 'commit', 'demo', 'discover', 'fleet', 'forget', 'prepare', 'prune', 'renew', 'restore', 'resume', 'retire', 'status', 'verify']) expect(r.stdout).toContain(c)
     const h = await cli(['checkpoint', '--help'])
     expect(h.stdout).toContain('EXIT CODES')
     expect(h.stdout).toMatch(/5\s+prepare missed its deadline/)
@@ -133,6 +133,22 @@ describe('gymckpt CLI (built, run as a process)', () => {
     expect(r.code).toBe(0)
     for (const t of Object.values(r.json.lease_expires_at) as number[]) expect(t).toBeGreaterThan(Date.now() / 1000 + 3600)
     expect((await cli(['resume', ...servers(fleet), '--id', id])).code).toBe(0)
+  })
+
+  it('prune is a dry run unless --yes', async () => {
+    const fleet = await startFleet({members: FULL})
+    const root = await tempDir()
+    for (let i = 0; i < 3; i++) expect((await cli(['checkpoint', ...servers(fleet), '--root', root, '--json'])).code).toBe(0)
+    const latest = (await readFile(path.join(root, 'LATEST'), 'utf8')).trim()
+    const dry = await cli(['prune', root, '--keep', '1', '--json'])
+    expect(dry.code).toBe(0)
+    expect(dry.json.removed).toBe(false)
+    expect(dry.json.remove).toHaveLength(2)
+    expect(await readdir(root)).toHaveLength(4)
+    const real = await cli(['prune', root, '--keep', '1', '--yes'])
+    expect(real.code).toBe(0)
+    expect((await readdir(root)).sort()).toEqual(['LATEST', latest])
+    expect((await cli(['verify', root])).code).toBe(0)
   })
 
   it('retire and forget', async () => {

@@ -1,0 +1,38 @@
+import {Args, Flags} from '@oclif/core'
+
+import {BaseCommand, EXIT_CODES_HELP} from '../cli/base.js'
+import {note, table} from '../cli/output.js'
+import {ControllerError} from '../coordination/errors.js'
+import {CheckpointStateError} from '../storage/errors.js'
+import {applyPrune, planPrune} from '../storage/prune.js'
+
+export default class Prune extends BaseCommand<typeof Prune> {
+  static override summary = 'Remove old checkpoints from a checkpoint root (a dry run unless --yes).'
+  static override description = `Keeps the --keep newest published checkpoints and always the one LATEST names. Removes older
+published checkpoints, checkpoint directories that were never published and are older than
+LATEST (a newer one may be a commit in progress), and stale temp files. Leaves anything that is
+not a checkpoint directory, and every symbolic link, alone. Touches no server.\n\n${EXIT_CODES_HELP}`
+  static override examples = ['<%= config.bin %> prune /shared/ckpt', '<%= config.bin %> prune /shared/ckpt --keep 3 --yes --json']
+  static override args = {root: Args.string({description: 'Checkpoint root (the directory holding LATEST).', required: true})}
+  static override flags = {
+    keep: Flags.integer({summary: 'Published checkpoints to keep, newest first.', default: 2, min: 1}),
+    yes: Flags.boolean({summary: 'Remove; without it, only show what would be removed.'}),
+  }
+
+  async run() {
+    let plan
+    try {
+      plan = await planPrune(this.args.root, this.flags.keep)
+    } catch (err) {
+      if (err instanceof CheckpointStateError) throw new ControllerError('invalid_checkpoint', err.message)
+      throw err
+    }
+    if (this.flags.yes) await applyPrune(plan)
+    if (!this.jsonEnabled()) {
+      const rows = [...plan.remove.map((e) => ({...e, action: this.flags.yes ? 'removed' : 'would remove'})), ...plan.keep.map((e) => ({...e, action: 'keep'}))]
+      this.log(table(rows, ['action', 'name', 'reason']))
+      if (!this.flags.yes && plan.remove.length) note('dry run: pass --yes to remove')
+    }
+    return {root: plan.root, latest: plan.latest, removed: Boolean(this.flags.yes), remove: plan.remove, keep: plan.keep}
+  }
+}
