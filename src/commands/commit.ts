@@ -32,9 +32,10 @@ Episodes: one per line as r, r-a2, r@2 or {"rollout_id":"r","attempt":2}; or a J
   async run() {
     const episodes = this.flags.episodes ? await readEpisodes(this.flags.episodes) : null
     const {coordinator, discovery} = await this.connect()
-    const ids = new Set(discovery.participants.map((p) => p.status.checkpoint_id))
-    const id = this.flags.id ?? (ids.size === 1 ? [...ids][0] : null)
-    if (!id) throw new ControllerError('participant', `participants are not prepared under one checkpoint (${[...ids].map(String).join(', ')}); pass --id`)
+    const ids = [...new Set(discovery.participants.map((p) => p.status.checkpoint_id).filter((x): x is string => x !== null))]
+    if (!this.flags.id && ids.length === 0) throw new ControllerError('participant', 'no participant has an open checkpoint: run gymckpt prepare first')
+    if (!this.flags.id && ids.length > 1) throw new ControllerError('participant', `participants hold different checkpoints (${ids.join(', ')}): pass --id, or resume them and prepare again`)
+    const id = this.flags.id ?? ids[0]!
     const notPrepared = discovery.participants.filter((p) => p.status.checkpoint_id !== id || (p.status.phase !== 'prepared' && p.status.phase !== 'committed'))
     if (notPrepared.length) {
       throw new ControllerError('participant', `not prepared under '${id}': ${notPrepared.map((p) => `${p.server} (${p.status.phase} ${p.status.checkpoint_id ?? ''})`.trim()).join(', ')}; run gymckpt prepare first`)

@@ -148,7 +148,8 @@ export async function verifyCheckpoint(location: string, opts: VerifyOptions = {
     report.checkpointId = summary.checkpointId
     report.continued = summary.continued.map((e) => captureKey(fromWire(e)))
     report.restarted = summary.restarted.map((e) => captureKey(fromWire(e)))
-    const both = report.restarted.filter((k) => report.continued.includes(k))
+    const continued = new Set(report.continued)
+    const both = report.restarted.filter((k) => continued.has(k))
     if (both.length) problems.push({severity: 'error', where: summary.source, message: `episodes both continued and restarted: ${both.join(', ')}`})
   }
 
@@ -156,21 +157,25 @@ export async function verifyCheckpoint(location: string, opts: VerifyOptions = {
   if (dirs.length === 0) problems.push({severity: 'error', where: checkpointDir, message: 'no participant state under gym/'})
   const concurrency = Math.max(1, opts.concurrency ?? os.availableParallelism())
   const results: VerifiedParticipant[] = dirs.map((d) => ({...d, ok: false, records: 0, bytes: 0, recordsSha256: null, episodes: []}))
+  // Problems per directory, reported in directory order whichever thread finishes first.
+  const dirProblems: VerifyProblem[][] = dirs.map(() => [])
   await readAll(dirs, concurrency, opts.workerMinBytes ?? WORKER_MIN_BYTES, (i, r) => {
     const d = dirs[i]!
     const v = results[i]!
-    if (r instanceof CheckpointStateError) return void problems.push({severity: 'error', where: d.dir, message: r.message})
+    const mine = dirProblems[i]!
+    if (r instanceof CheckpointStateError) return void mine.push({severity: 'error', where: d.dir, message: r.message})
     Object.assign(v, {ok: true, records: r.keys.length, bytes: r.bytes, recordsSha256: r.manifest.records_sha256, episodes: r.keys})
     if (summary && r.manifest.checkpoint_id !== summary.checkpointId) {
       v.ok = false
-      problems.push({severity: 'error', where: d.dir, message: `manifest is of checkpoint '${r.manifest.checkpoint_id}', not '${summary.checkpointId}'`})
+      mine.push({severity: 'error', where: d.dir, message: `manifest is of checkpoint '${r.manifest.checkpoint_id}', not '${summary.checkpointId}'`})
     }
     const recorded = summary?.participants?.find((p) => p.kind === d.kind && p.instance === d.instance)
     if (recorded && encodeManifest(recorded.manifest) !== encodeManifest(r.manifest)) {
       v.ok = false
-      problems.push({severity: 'error', where: d.dir, message: 'manifest differs from the one its participant returned at commit'})
+      mine.push({severity: 'error', where: d.dir, message: 'manifest differs from the one its participant returned at commit'})
     }
   })
+  problems.push(...dirProblems.flat())
   report.participants = results
 
   if (summary?.participants) {

@@ -1,3 +1,4 @@
+import {writeFile} from 'node:fs/promises'
 import path from 'node:path'
 
 import {describe, expect, it} from 'vitest'
@@ -22,10 +23,14 @@ describe('verify in worker threads', () => {
     const continued = Array.from({length: 49}, (_, i) => ({rollout_id: `r${i}`, attempt: 0}))
     await writeControllerManifest(dir, {format_version: FORMAT_VERSION, checkpoint_id: 'c', created_at: 1, continued, restarted: [], participants})
     await publishLatest(root, 'c')
+    // Two corrupt participants: their errors must come in directory order, whichever thread ends first.
+    for (const p of participants.slice(0, 2)) await writeFile(path.join(dir, 'gym', p.kind, p.instance, p.manifest.records_file), 'not json\n')
     const threaded = await dist.verifyCheckpoint(root, {concurrency: 2, workerMinBytes: 0})
     const inline = await dist.verifyCheckpoint(root, {concurrency: 1})
     expect(threaded).toEqual(inline)
     expect(threaded.ok).toBe(false)
-    expect(threaded.problems.filter((p) => /outside the commit scope: r49/.test(p.message))).toHaveLength(3)
+    expect(threaded.problems.map((p) => p.where.split(path.sep).slice(-2).join('/'))).toEqual(['environment/e', 'model/m', 'agent/a'])
+    expect(threaded.problems[0]!.message).toMatch(/does not match its manifest digest|not JSON/)
+    expect(threaded.problems[2]!.message).toMatch(/outside the commit scope: r49/)
   })
 })
