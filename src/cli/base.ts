@@ -1,5 +1,5 @@
 import {Command, Flags, Interfaces} from '@oclif/core'
-import chalk from 'chalk'
+import color from 'ansis'
 
 import {ControlClient} from '../coordination/client.js'
 import {Discovery, FleetSource, discover, parseServerArg, resolveSource} from '../coordination/discover.js'
@@ -113,7 +113,7 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
     if (this.jsonEnabled()) {
       this.logJson({ok: false, error: {code: name, exit_code: code, message: err.message, ...(details === undefined ? {} : {details})}})
     } else {
-      process.stderr.write(`${chalk.red('error:')} ${err.message}\n`)
+      process.stderr.write(`${color.red('error:')} ${err.message}\n`)
       if (code === EXIT.internal && err.stack) process.stderr.write(`${err.stack}\n`)
     }
   }

@@ -1,4 +1,4 @@
-import chalk from 'chalk'
+import color from 'ansis'
 
 import {CommitOutcome} from '../coordination/controller.js'
 import {EpisodeId, captureKey} from '../protocol/episode.js'
@@ -9,7 +9,7 @@ export function table(rows: Record<string, unknown>[], columns: string[]): strin
   const cells = rows.map((r) => columns.map((c) => fmt(r[c])))
   const widths = columns.map((c, i) => Math.max(c.length, ...cells.map((row) => row[i]!.length)))
   const line = (vals: string[]) => vals.map((v, i) => v.padEnd(widths[i]!)).join('  ').trimEnd()
-  return [chalk.bold(line(columns.map((c) => c.toUpperCase()))), ...cells.map(line)].join('\n')
+  return [color.bold(line(columns.map((c) => c.toUpperCase()))), ...cells.map(line)].join('\n')
 }
 
 function fmt(v: unknown): string {
@@ -24,7 +24,7 @@ export function note(msg: string): void {
 }
 
 export function warn(msg: string): void {
-  process.stderr.write(`${chalk.yellow('warning:')} ${msg}\n`)
+  process.stderr.write(`${color.yellow('warning:')} ${msg}\n`)
 }
 
 export function keys(episodes: EpisodeId[], max = 20): string {

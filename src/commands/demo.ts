@@ -1,5 +1,5 @@
 import {Flags} from '@oclif/core'
-import chalk from 'chalk'
+import color from 'ansis'
 
 import {BaseCommand, EXIT_CODES_HELP} from '../cli/base.js'
 import {note} from '../cli/output.js'
@@ -29,11 +29,11 @@ uninterrupted run's. Needs no token and no network.\n\n${EXIT_CODES_HELP}`
       stepMs: this.flags['step-ms'],
       restarts: this.flags.restarts,
       root: this.flags.root,
-      log: this.jsonEnabled() ? undefined : (m) => note(chalk.dim(m)),
+      log: this.jsonEnabled() ? undefined : (m) => note(color.dim(m)),
     })
     if (!this.jsonEnabled()) {
       this.log(
-        `${r.ok ? chalk.green('PASS') : chalk.red('FAIL')}: ${r.episodes - r.mismatches.length}/${r.episodes} results equal the uninterrupted run ` +
+        `${r.ok ? color.green('PASS') : color.red('FAIL')}: ${r.episodes - r.mismatches.length}/${r.episodes} results equal the uninterrupted run ` +
           `(${r.completedAtCheckpoint} complete at the checkpoint, ${r.continued} continued — ${r.continuedFromBoundary} from a mid-episode boundary — and ${r.restarted} restarted)`,
       )
       this.log(`checkpoint: ${r.checkpointDir}`)

@@ -1,5 +1,5 @@
 import {Args, Flags} from '@oclif/core'
-import chalk from 'chalk'
+import color from 'ansis'
 
 import {BaseCommand, EXIT_CODES_HELP} from '../cli/base.js'
 import {note, table} from '../cli/output.js'
@@ -38,8 +38,8 @@ episode_id, and checks the records against the commit scope. Exit 6 on any error
     }
     if (!this.jsonEnabled()) {
       this.log(table(json.participants, ['kind', 'instance', 'ok', 'records', 'bytes']))
-      for (const p of report.problems) note(`${p.severity === 'error' ? chalk.red('error') : chalk.yellow('warning')}: ${p.where}: ${p.message}`)
-      this.log(`${report.ok ? chalk.green('valid') : chalk.red('INVALID')}: ${report.checkpointId} (${report.continued.length} continued, ${report.restarted.length} restarted)`)
+      for (const p of report.problems) note(`${p.severity === 'error' ? color.red('error') : color.yellow('warning')}: ${p.where}: ${p.message}`)
+      this.log(`${report.ok ? color.green('valid') : color.red('INVALID')}: ${report.checkpointId} (${report.continued.length} continued, ${report.restarted.length} restarted)`)
     }
     if (!report.ok) {
       const errs = report.problems.filter((p) => p.severity === 'error')
