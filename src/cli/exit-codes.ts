@@ -10,6 +10,7 @@ export const EXIT = {
   not_prepared: 5,
   invalid_checkpoint: 6,
   unauthorized: 7,
+  fleet_state: 8,
   interrupted: 130,
 } as const satisfies Record<ControllerErrorCode | 'ok' | 'internal', number>
 
@@ -22,6 +23,7 @@ export const EXIT_DESCRIPTIONS: Record<keyof typeof EXIT, string> = {
   not_prepared: 'prepare missed its deadline with blockers (the fleet was resumed unless --keep-closed)',
   invalid_checkpoint: 'the checkpoint on disk is invalid or could not be written',
   unauthorized: 'a participant refused the control token',
+  fleet_state: 'the fleet is not in the state the operation needs (e.g. restore into servers holding live work); nothing was sent',
   interrupted: 'interrupted by SIGINT/SIGTERM; the fleet was resumed',
 }
 

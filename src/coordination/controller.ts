@@ -1,14 +1,13 @@
 import {mkdir} from 'node:fs/promises'
 import path from 'node:path'
 
-import {EpisodeId, captureKey, fromCaptureKey, fromWire, toWire} from '../protocol/episode.js'
+import {EpisodeId, captureKey, fromCaptureKey, toWire} from '../protocol/episode.js'
 import {CommitReply} from '../protocol/wire.js'
 import {CheckpointStateError} from '../storage/errors.js'
-import {ControllerManifest, FORMAT_VERSION, publishLatest, readCheckpointSummary, resolveCheckpoint, writeControllerManifest} from '../storage/root.js'
-import {VerifyReport, verifyCheckpoint} from '../storage/verify.js'
+import {ControllerManifest, FORMAT_VERSION, publishLatest, writeControllerManifest} from '../storage/root.js'
 import {ControllerError} from './errors.js'
-import {Coordinator, PrepareResult, continuedOf, commit, prepare, renew, restore, resume, retire} from './operations.js'
-import {RunTracker, newCheckpointId, newRestoreId} from './runs.js'
+import {Coordinator, PrepareResult, continuedOf, commit, prepare, renew, resume} from './operations.js'
+import {RunTracker, newCheckpointId} from './runs.js'
 
 export type Log = (msg: string) => void
 
@@ -228,73 +227,3 @@ export async function checkpoint(c: Coordinator, opts: CheckpointOptions): Promi
     }
   }
 }
-
-export interface RestoreOptions {
-  /** A checkpoint root (LATEST is followed) or a checkpoint directory. */
-  location: string
-  checkpointId?: string
-  timeoutS?: number
-  /** Skip the offline verification that runs before anything is sent. */
-  skipVerify?: boolean
-  /** Leave restored participants closed (the caller resumes with the restore ID). */
-  keepClosed?: boolean
-  log?: Log
-}
-
-export interface RestoreResult {
-  restoreId: string
-  checkpointId: string
-  checkpointDir: string
-  /** Dispatch these next: each continued episode at attempt + 1. */
-  replacements: EpisodeId[]
-  /** Start these over from their inputs at attempt + 1 (their crashed attempt is retired). */
-  restarted: EpisodeId[]
-  restoredByServer: Record<string, string[]>
-  resumed: boolean
-  verify: VerifyReport | null
-  controllerState: unknown
-}
-
-export async function restoreCheckpoint(c: Coordinator, opts: RestoreOptions): Promise<RestoreResult> {
-  const timeoutS = opts.timeoutS ?? 300
-  const resolved = await resolveCheckpoint(opts.location, opts.checkpointId).catch(asInvalid)
-  let verify: VerifyReport | null = null
-  if (!opts.skipVerify) {
-    verify = await verifyCheckpoint(resolved.checkpointDir, {expect: c.participants.map((p) => ({kind: p.kind, instance: p.instance, server: p.server}))}).catch(asInvalid)
-    if (!verify.ok) {
-      const errs = verify.problems.filter((p) => p.severity === 'error')
-      throw new ControllerError('invalid_checkpoint', `checkpoint ${resolved.checkpointDir} failed verification, nothing was sent: ${errs.map((p) => `${p.where}: ${p.message}`).join('; ')}`, verify)
-    }
-  }
-  const summary = await readCheckpointSummary(resolved.checkpointDir).catch(asInvalid)
-  if (!summary) throw new ControllerError('invalid_checkpoint', `${resolved.checkpointDir} has no controller manifest: it was never published`)
-  const episodes = summary.continued.map(fromWire)
-  const restoreId = newRestoreId()
-  const deadlineTs = Date.now() / 1000 + timeoutS
-  const out = await restore(c, restoreId, resolved.checkpointDir, episodes, deadlineTs, opts.log)
-  let resumed = false
-  if (!opts.keepClosed) {
-    await resume(c, restoreId, deadlineTs)
-    resumed = true
-  }
-  const restarted = summary.restarted.map(fromWire)
-  // A harness that outlived the crash must not write into the rerun of a restart.
-  if (restarted.length) await retire(c, restoreId, restarted, Date.now() / 1000 + timeoutS)
-  return {
-    restoreId,
-    checkpointId: summary.checkpointId,
-    checkpointDir: resolved.checkpointDir,
-    replacements: out.replacements,
-    restarted,
-    restoredByServer: Object.fromEntries([...out.replies].map(([s, r]) => [s, r.restored])),
-    resumed,
-    verify,
-    controllerState: summary.controllerState,
-  }
-}
-
-function asInvalid(err: unknown): never {
-  if (err instanceof CheckpointStateError) throw new ControllerError('invalid_checkpoint', err.message)
-  throw err
-}
-

@@ -6,6 +6,7 @@ export type ControllerErrorCode =
   | 'participant' // a participant refused or failed an operation
   | 'not_prepared' // prepare missed its deadline with blockers
   | 'invalid_checkpoint' // checkpoint state on disk is invalid
+  | 'fleet_state' // the fleet is not in a state the operation needs (busy, a checkpoint open)
   | 'interrupted' // SIGINT/SIGTERM; the fleet was resumed
 
 export class ControllerError extends Error {

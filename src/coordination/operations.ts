@@ -1,5 +1,5 @@
 import {EpisodeId, fromCaptureKey, nextAttempt, sameEpisode, toWire} from '../protocol/episode.js'
-import {Kind, Operation, PrepareReply, ReplyOf} from '../protocol/wire.js'
+import {Kind, Operation, PrepareReply, ReplyOf, StatusReply} from '../protocol/wire.js'
 import {ControlClient} from './client.js'
 import {KIND_ORDER, Participant, sortParticipants} from './discover.js'
 import {ControllerError, CoordinationError, ParticipantFailure} from './errors.js'
@@ -187,27 +187,75 @@ export interface RestoreOutcome {
 }
 
 /**
- * Restores all or nothing. On any failure the replacement attempts are retired everywhere and
- * every participant is resumed; then the restore's own error is raised, never a cleanup error.
+ * Every participant's status at once. A participant that does not answer is a failure, not an
+ * exception: callers decide what an unreachable member means for them.
+ */
+export async function statusAll(c: Coordinator, timeoutMs = 10_000): Promise<{statuses: Map<string, StatusReply>; failures: ParticipantFailure[]}> {
+  const results = await Promise.all(c.participants.map((p) => c.client.status({name: p.server, url: p.url}, timeoutMs, c.signal)))
+  const statuses = new Map<string, StatusReply>()
+  const failures: ParticipantFailure[] = []
+  for (const r of results) {
+    if (r.ok) statuses.set(r.server, r.reply)
+    else failures.push(r.failure)
+  }
+  return {statuses, failures}
+}
+
+/**
+ * Retires a different list on each participant, callers before callees, in batches. For cleanups
+ * that must touch only what one participant holds; `retire` sends one body to all.
+ */
+export async function retireEach(c: Coordinator, checkpointId: string, perServer: Map<string, EpisodeId[]>, deadlineTs: number): Promise<void> {
+  const targets = c.participants.filter((p) => (perServer.get(p.server)?.length ?? 0) > 0)
+  for (const s of stagesOf(targets, RETIRE_ORDER)) {
+    const failures: ParticipantFailure[] = []
+    await Promise.all(
+      s.members.map(async (m) => {
+        const list = perServer.get(m.server)!
+        for (let i = 0; i < list.length; i += RETIRE_BATCH) {
+          const body = encodeBody({checkpoint_id: checkpointId, deadline_ts: deadlineTs, episode_ids: list.slice(i, i + RETIRE_BATCH).map(toWire)})
+          const r = await c.client.call({name: m.server, url: m.url}, 'retire', body, deadlineTs, c.signal)
+          if (!r.ok) return void failures.push(r.failure)
+        }
+      }),
+    )
+    if (failures.length) throw new CoordinationError('retire', failures)
+  }
+}
+
+/**
+ * Restores all or nothing. On any failure, each participant whose restore installed state retires
+ * exactly the replacement attempts it installed (a participant whose restore failed installed
+ * nothing, and may hold live work that must not be touched), every participant is resumed, and
+ * the restore's own error is raised, never a cleanup error.
  */
 export async function restore(c: Coordinator, restoreId: string, checkpointDir: string, episodes: EpisodeId[], deadlineTs: number, log?: (m: string) => void): Promise<RestoreOutcome> {
   const body = encodeBody({checkpoint_id: restoreId, deadline_ts: deadlineTs, checkpoint_dir: checkpointDir, episode_ids: episodes.map(toWire)})
   const r = await fanOut(c, 'restore', c.participants, body, deadlineTs)
-  if (r.failures.length) {
-    const error = new CoordinationError('restore', r.failures, 'the fleet was cleaned up and resumed; start the continued rollouts over from their inputs at attempt + 2, or fix the checkpoint and restore into fresh processes')
-    const cleanupDeadline = Math.max(deadlineTs, Date.now() / 1000 + 30)
-    const cleanup: Coordinator = {...c, signal: undefined}
-    try {
-      await retire(cleanup, restoreId, episodes.map(nextAttempt), cleanupDeadline)
-    } catch (err) {
-      log?.(`restore cleanup: retire of the replacement attempts failed: ${(err as Error).message}`)
-    }
-    try {
-      await resume(cleanup, restoreId, cleanupDeadline)
-    } catch (err) {
-      log?.(`restore cleanup: resume failed: ${(err as Error).message}`)
-    }
-    throw error
+  if (r.failures.length === 0) return {replies: r.replies, replacements: episodes.map(nextAttempt)}
+  const interrupted = c.signal?.aborted === true
+  const cleanup: Coordinator = {...c, signal: undefined}
+  const cleanupDeadline = Math.max(deadlineTs, Date.now() / 1000 + 30)
+  const installed = new Map<string, EpisodeId[]>()
+  for (const [server, reply] of r.replies) installed.set(server, reply.restored.map(fromCaptureKey))
+  // No reply (timeout, reset, interrupt): the restore may have landed. Only a participant that
+  // reports itself restored under this ID holds what it installed, and a participant restores
+  // only a process without live work, so every replacement attempt there is the restore's own.
+  const unknown = r.failures.filter((f) => f.status === null).map((f) => f.server)
+  if (unknown.length) {
+    const {statuses} = await statusAll({...cleanup, participants: c.participants.filter((p) => unknown.includes(p.server))})
+    for (const [server, st] of statuses) if (st.phase === 'restored' && st.checkpoint_id === restoreId) installed.set(server, episodes.map(nextAttempt))
   }
-  return {replies: r.replies, replacements: episodes.map(nextAttempt)}
+  try {
+    await retireEach(cleanup, restoreId, installed, cleanupDeadline)
+  } catch (err) {
+    log?.(`restore cleanup: retire of the installed replacement attempts failed: ${(err as Error).message}`)
+  }
+  try {
+    await resume(cleanup, restoreId, cleanupDeadline)
+  } catch (err) {
+    log?.(`restore cleanup: resume failed: ${(err as Error).message}`)
+  }
+  if (interrupted) throw new ControllerError('interrupted', `interrupted during restore '${restoreId}'; what it installed was retired and the fleet was resumed`)
+  throw new CoordinationError('restore', r.failures, 'what the restore installed was retired and the fleet was resumed; start the continued rollouts over from their inputs at attempt + 2, or restart the servers and restore again')
 }

@@ -8,7 +8,8 @@ import {describe, expect, it} from 'vitest'
 import {Fleet} from '../../src/control-plane/fleet.js'
 import {SimEnvironment} from '../../src/control-plane/sim.js'
 import {ControlClient} from '../../src/coordination/client.js'
-import {LeaseKeeper, checkpoint, commitAndPublish, prepareOrAbort, restoreCheckpoint} from '../../src/coordination/controller.js'
+import {LeaseKeeper, checkpoint, commitAndPublish, prepareOrAbort} from '../../src/coordination/controller.js'
+import {restoreCheckpoint} from '../../src/coordination/restore.js'
 import {discover} from '../../src/coordination/discover.js'
 import {ControllerError, CoordinationError} from '../../src/coordination/errors.js'
 import {Coordinator, prepare, resume, retire} from '../../src/coordination/operations.js'
@@ -254,7 +255,7 @@ describe('restore', () => {
     expect((cont.body as {resumed_from_step: number}).resumed_from_step).toBeGreaterThan(0)
   })
 
-  it('all or nothing: one participant failing retires the replacement attempts everywhere and resumes all', async () => {
+  it('all or nothing: one participant failing makes every participant that installed state retire what it installed, and resumes all', async () => {
     const {root} = await checkpointed()
     const latest = (await readdir(root)).find((f) => f.startsWith('ckpt-'))!
     const fresh = await startFleet({members: FULL})
@@ -262,11 +263,14 @@ describe('restore', () => {
     fresh.server('agent').faults.add('restore', {type: 'status', status: 500})
     const err = await restoreCheckpoint(c, {location: path.join(root, latest), timeoutS: 10}).catch((e: unknown) => e)
     expect((err as Error).message).toMatch(/^checkpoint restore failed on 1 participant\(s\): agent: HTTP 500/)
+    const marks: Record<string, number> = {}
     for (const s of c.participants) {
       const st = (await control(s.url, 'status')).json
       expect(st.phase).toBe('idle')
-      expect(st.retired_rollouts).toBe(2)
+      marks[s.server] = st.retired_rollouts
     }
+    // The agent's restore failed: it installed nothing, so its cleanup retires nothing there.
+    expect(marks).toEqual({env: 2, policy: 2, agent: 0, res: 2})
     expect((await fresh.run({rolloutId: 'a', attempt: 1})).status).toBe(409)
     expect((await fresh.run({rolloutId: 'a', attempt: 2, steps: 2, stepMs: 1})).status).toBe(200)
   })

@@ -1,0 +1,191 @@
+import {EpisodeId, captureKey, fromWire, nextAttempt} from '../protocol/episode.js'
+import {StatusReply} from '../protocol/wire.js'
+import {CheckpointStateError} from '../storage/errors.js'
+import {readCheckpointSummary, resolveCheckpoint} from '../storage/root.js'
+import {VerifyReport, verifyCheckpoint} from '../storage/verify.js'
+import type {Log} from './controller.js'
+import {ControllerError, CoordinationError, ParticipantFailure, failureMessage} from './errors.js'
+import {Coordinator, restore, resume, retire, statusAll} from './operations.js'
+import {newRestoreId} from './runs.js'
+
+
+/** Report counts that mean live work (Gym's counts per kind, section 5.1 of the reference). */
+export const LIVE_COUNTS = ['episodes', 'sessions', 'inflight', 'held'] as const
+/** Status extras listing restored state no replacement has claimed yet. */
+const RESTORED_LISTS = ['restored_pending', 'restored_generation_cuts'] as const
+
+/**
+ * Why a participant cannot take a restore. Gym restores only into fresh processes: a restore into
+ * one that holds work would be refused there, and the cleanup of that failure would retire the
+ * work. Empty when the participant is fresh.
+ */
+export function restoreBlockers(st: StatusReply): string[] {
+  const why: string[] = []
+  if (st.phase !== 'idle' || st.checkpoint_id !== null) why.push(`is in phase ${st.phase}${st.checkpoint_id ? ` of '${st.checkpoint_id}'` : ''}`)
+  const live = LIVE_COUNTS.filter((k) => (st.report.counts[k] ?? 0) > 0).map((k) => `${st.report.counts[k]} ${k}`)
+  if (live.length) why.push(`holds ${live.join(', ')}`)
+  for (const k of RESTORED_LISTS) {
+    const v = (st as Record<string, unknown>)[k]
+    if (Array.isArray(v) && v.length) why.push(`holds ${v.length} restored episode(s) no replacement has claimed (${k})`)
+  }
+  if (st.report.restarts.length) why.push(`runs ${st.report.restarts.length} restart(s)`)
+  const blockers = st.report.blocker_count ?? st.report.blockers.length
+  if (blockers > 0) why.push(`reports ${blockers} blocker(s) (work in flight)`)
+  if (st.retired_rollouts > 0) why.push(`holds ${st.retired_rollouts} retired-rollout mark(s) from an earlier retire or failed restore, which would refuse replacements of those rollouts`)
+  return why
+}
+
+export interface RestorePlanParticipant {
+  server: string
+  kind: string
+  instance: string
+  /** Records in its directory (null when unread: --skip-verify, or a missing directory). */
+  records: number | null
+  /** Records the restore installs there (in the restore's scope), each under attempt + 1. */
+  install: number | null
+  /** Records outside the scope, which the restore skips. */
+  skip: number | null
+}
+
+/** What a restore would do, computed without sending anything but status probes. */
+export interface RestorePlan {
+  checkpointId: string
+  checkpointDir: string
+  /** The restore's scope: the episodes as committed. */
+  continued: EpisodeId[]
+  /** Dispatch these next: each continued episode at attempt + 1, from its boundary. */
+  replacements: EpisodeId[]
+  /** Crashed attempts to retire before the restore; they start over from input at attempt + 1. */
+  restarted: EpisodeId[]
+  participants: RestorePlanParticipant[]
+  /** Participants that are not fresh, each with its reasons. */
+  busy: {server: string; reasons: string[]}[]
+  unreachable: ParticipantFailure[]
+  verify: VerifyReport | null
+  /** The controller manifest the checkpoint was published with (null: never published). */
+  manifest: string | null
+  controllerState: unknown
+}
+
+export interface RestoreOptions {
+  /** A checkpoint root (LATEST is followed) or a checkpoint directory. */
+  location: string
+  checkpointId?: string
+  timeoutS?: number
+  /** Skip the offline verification (the fleet preflight still runs). */
+  skipVerify?: boolean
+  /** Leave restored participants closed (the caller resumes with the restore ID). */
+  keepClosed?: boolean
+  log?: Log
+}
+
+function asInvalid(err: unknown): never {
+  if (err instanceof CheckpointStateError) throw new ControllerError('invalid_checkpoint', err.message)
+  throw err
+}
+
+async function fleetPreflight(c: Coordinator): Promise<Pick<RestorePlan, 'busy' | 'unreachable'>> {
+  const {statuses, failures} = await statusAll(c)
+  const busy = c.participants.flatMap((p) => {
+    const st = statuses.get(p.server)
+    const reasons = st ? restoreBlockers(st) : []
+    return reasons.length ? [{server: p.server, reasons}] : []
+  })
+  return {busy, unreachable: failures}
+}
+
+/**
+ * The restore preflight, shared by `restore --dry-run` and the real restore: resolves and verifies
+ * the checkpoint offline, and asks every participant whether it is fresh. Sends nothing else.
+ */
+export async function planRestore(c: Coordinator, opts: RestoreOptions): Promise<RestorePlan> {
+  const resolved = await resolveCheckpoint(opts.location, opts.checkpointId).catch(asInvalid)
+  const fleet = await fleetPreflight(c)
+  const verify = opts.skipVerify
+    ? null
+    : await verifyCheckpoint(resolved.checkpointDir, {expect: c.participants.map((p) => ({kind: p.kind, instance: p.instance, server: p.server}))}).catch(asInvalid)
+  const summary = await readCheckpointSummary(resolved.checkpointDir).catch(asInvalid)
+  const continued = summary ? summary.continued.map(fromWire) : []
+  const scope = new Set(continued.map(captureKey))
+  const participants = c.participants.map((p): RestorePlanParticipant => {
+    const v = verify?.participants.find((d) => d.kind === p.kind && d.instance === p.instance)
+    if (!v) return {server: p.server, kind: p.kind, instance: p.instance, records: null, install: null, skip: null}
+    const install = v.episodes.filter((k) => scope.has(k)).length
+    return {server: p.server, kind: p.kind, instance: p.instance, records: v.records, install, skip: v.records - install}
+  })
+  return {
+    checkpointId: summary?.checkpointId ?? resolved.checkpointId,
+    checkpointDir: resolved.checkpointDir,
+    continued,
+    replacements: continued.map(nextAttempt),
+    restarted: summary ? summary.restarted.map(fromWire) : [],
+    participants,
+    ...fleet,
+    verify,
+    manifest: summary?.source ?? null,
+    controllerState: summary?.controllerState,
+  }
+}
+
+/** Throws the error the real restore would stop at; returns when it would go ahead. */
+export function assertRestorable(plan: RestorePlan): void {
+  if (plan.unreachable.length) throw new CoordinationError('discover', plan.unreachable, 'every participant must answer before a restore; nothing was sent')
+  if (plan.busy.length) {
+    const list = plan.busy.map((b) => `${b.server} ${b.reasons.join(', ')}`).join('; ')
+    throw new ControllerError(
+      'fleet_state',
+      `restore refused, nothing was sent: restore needs freshly started servers, and ${plan.busy.length} participant(s) are not: ${list}. ` +
+        'A restore there would be refused, and cleaning up after it would retire their work. Point the command at the fresh fleet, or restart these servers first.',
+      {busy: plan.busy},
+    )
+  }
+  if (plan.verify && !plan.verify.ok) {
+    const errs = plan.verify.problems.filter((p) => p.severity === 'error')
+    throw new ControllerError('invalid_checkpoint', `checkpoint ${plan.checkpointDir} failed verification, nothing was sent: ${errs.map((p) => `${p.where}: ${p.message}`).join('; ')}`, plan.verify)
+  }
+  if (!plan.manifest) {
+    throw new ControllerError('invalid_checkpoint', `${plan.checkpointDir} has no controller manifest: it was never published; nothing was sent`)
+  }
+}
+
+export interface RestoreResult extends RestorePlan {
+  restoreId: string
+  restoredByServer: Record<string, string[]>
+  resumed: boolean
+}
+
+/**
+ * Restores a published checkpoint into a fresh fleet, all or nothing: the preflight (refuses a
+ * fleet holding work, an invalid checkpoint), then the crashed attempts of restarts are retired
+ * on the fresh fleet before anything is installed (as Gym's collector does, so no harness that
+ * outlived the crash is ever admitted), then the restore, then resume.
+ */
+export async function restoreCheckpoint(c: Coordinator, opts: RestoreOptions): Promise<RestoreResult> {
+  const timeoutS = opts.timeoutS ?? 300
+  const plan = await planRestore(c, opts)
+  assertRestorable(plan)
+  // The checkpoint may have taken long to verify: look at the fleet again right before sending.
+  if (plan.verify) Object.assign(plan, await fleetPreflight(c))
+  assertRestorable(plan)
+  const restoreId = newRestoreId()
+  const deadlineTs = Date.now() / 1000 + timeoutS
+  if (plan.restarted.length) {
+    await retire(c, restoreId, plan.restarted, deadlineTs).catch((err: unknown) => {
+      if (c.signal?.aborted) throw new ControllerError('interrupted', `interrupted while retiring the restarts before restore '${restoreId}'; nothing was restored`)
+      if (err instanceof CoordinationError) throw new CoordinationError('retire', err.failures, `retiring the crashed attempts of restarts before the restore failed; nothing was restored`)
+      throw err
+    })
+  }
+  const out = await restore(c, restoreId, plan.checkpointDir, plan.continued, deadlineTs, opts.log)
+  let resumed = false
+  if (!opts.keepClosed) {
+    await resume(c, restoreId, deadlineTs).catch((err: unknown) => {
+      const detail = err instanceof CoordinationError ? err.failures.map((f) => `${f.server}: ${failureMessage(f)}`).join('; ') : (err as Error).message
+      throw new ControllerError('participant', `restore '${restoreId}' of '${plan.checkpointId}' succeeded everywhere, but resuming it failed: ${detail}. Resume it again with its restore ID.`, {
+        restore_id: restoreId,
+      })
+    })
+    resumed = true
+  }
+  return {...plan, restoreId, restoredByServer: Object.fromEntries([...out.replies].map(([s, r]) => [s, r.restored])), resumed}
+}
