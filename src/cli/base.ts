@@ -3,11 +3,13 @@ import color from 'ansis'
 
 import {ControlClient} from '../coordination/client.js'
 import {Discovery, FleetSource, discover, parseServerArg, resolveSource} from '../coordination/discover.js'
-import {ControllerError, CoordinationError} from '../coordination/errors.js'
+import {ControllerError, CoordinationError, NextStep} from '../coordination/errors.js'
 import {Coordinator} from '../coordination/operations.js'
 import {CheckpointStateError} from '../storage/errors.js'
 import {EXIT, exitCodeHelp} from './exit-codes.js'
+import {seconds} from './flags.js'
 import {DEFAULT_TOKEN_ENV, readToken} from './inputs.js'
+import {FleetFlagValues, renderNext} from './next.js'
 
 export type BaseFlags<T extends typeof Command> = Interfaces.InferredFlags<(typeof BaseCommand)['baseFlags'] & T['flags']>
 export type BaseArgs<T extends typeof Command> = Interfaces.InferredArgs<T['args']>
@@ -18,10 +20,10 @@ export const fleetFlags = {
   fleet: Flags.string({summary: "Fleet YAML file: 'servers: {NAME: URL}'.", helpGroup: 'FLEET', exclusive: ['head', 'server']}),
   'token-env': Flags.string({summary: 'Environment variable holding the control token.', default: DEFAULT_TOKEN_ENV, helpGroup: 'FLEET'}),
   'token-file': Flags.string({summary: 'File holding the control token (instead of the environment).', helpGroup: 'FLEET'}),
-  'probe-timeout': Flags.integer({summary: 'Seconds one server may take to answer discovery.', default: 60, min: 1, helpGroup: 'FLEET'}),
+  'probe-timeout': seconds({summary: 'Seconds one server may take to answer discovery.', default: 60, max: 3600, helpGroup: 'FLEET'}),
 }
 
-export const timeoutFlag = Flags.integer({summary: 'Seconds the operation may take (sets deadline_ts).', default: 300, min: 1})
+export const timeoutFlag = seconds({summary: 'Seconds the operation may take (sets deadline_ts).', default: 300, max: 86_400})
 
 /**
  * The shared command base: JSON mode, error → exit code mapping, fleet connection, signals.
@@ -85,6 +87,11 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
     return {coordinator: {client: this.client, participants: discovery.participants, signal: this.signal, onStage}, discovery}
   }
 
+  /** A next step as a command line that works when pasted: this binary, this command's fleet flags. */
+  protected nextLine(step: NextStep): string {
+    return renderNext(this.config.bin, step, this.flags as FleetFlagValues)
+  }
+
   protected override toSuccessJson(result: unknown): unknown {
     return {ok: true, ...(result as object)}
   }
@@ -110,10 +117,12 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
       name = 'internal'
     }
     process.exitCode = code
+    const next = err instanceof ControllerError ? err.next.map((s) => this.nextLine(s)) : []
     if (this.jsonEnabled()) {
-      this.logJson({ok: false, error: {code: name, exit_code: code, message: err.message, ...(details === undefined ? {} : {details})}})
+      this.logJson({ok: false, error: {code: name, exit_code: code, message: err.message, ...(details === undefined ? {} : {details}), ...(next.length ? {next} : {})}})
     } else {
       process.stderr.write(`${color.red('error:')} ${err.message}\n`)
+      for (const n of next) process.stderr.write(`next: ${n}\n`)
       if (code === EXIT.internal && err.stack) process.stderr.write(`${err.stack}\n`)
     }
   }

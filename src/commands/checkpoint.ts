@@ -1,10 +1,12 @@
 import {Flags} from '@oclif/core'
 
 import {BaseCommand, EXIT_CODES_HELP, fleetFlags, timeoutFlag} from '../cli/base.js'
+import {seconds} from '../cli/flags.js'
 import {readEpisodes} from '../cli/inputs.js'
 import {commitJson, keys, note, warn} from '../cli/output.js'
 import {withProgress} from '../cli/progress.js'
 import {checkpoint} from '../coordination/controller.js'
+import {ControllerError, nextStep} from '../coordination/errors.js'
 
 export default class Checkpoint extends BaseCommand<typeof Checkpoint> {
   static override summary = 'One-shot checkpoint: prepare, commit, publish, resume.'
@@ -21,7 +23,7 @@ is resumed before the command exits. Leases are renewed while it runs. Progress 
     id: Flags.string({summary: 'Checkpoint ID (default: a new ckpt-<time>-<hex>).'}),
     episodes: Flags.string({summary: "File of the episodes the controller continues ('-' for stdin); default: no scope."}),
     timeout: timeoutFlag,
-    'renew-every': Flags.integer({summary: 'Seconds between lease renewals while the checkpoint runs.', default: 60, min: 1}),
+    'renew-every': seconds({summary: 'Seconds between lease renewals while the checkpoint runs.', default: 60, max: 3600}),
     'keep-closed': Flags.boolean({summary: 'When prepare misses its deadline, leave the fleet closed for inspection.'}),
   }
 
@@ -43,11 +45,26 @@ is resumed before the command exits. Leases are renewed while it runs. Progress 
           log: note,
           onPhase: (p, s) => (p === 'publish' ? undefined : onPhase(p, s)),
         }),
-    )
+    ).catch((err: unknown) => {
+      // Every failure after prepare resumed the fleet: the next step is this command again, under
+      // a new ID (a resumed ID is fenced for good).
+      if (err instanceof ControllerError && err.code !== 'interrupted') err.next.push(nextStep('checkpoint', this.again()))
+      throw err
+    })
     if (!this.jsonEnabled()) {
       this.log(out.checkpointDir)
       note(`checkpoint '${out.checkpointId}' published; continued: ${keys(out.continued)}; restarted: ${keys(out.restarted)}`)
     }
     return commitJson(out)
+  }
+
+  private again(): string[] {
+    const f = this.flags
+    return [
+      '--root', f.root,
+      ...(f.episodes ? ['--episodes', f.episodes] : []),
+      ...(f.timeout !== 300 ? ['--timeout', String(f.timeout)] : []),
+      ...(f['renew-every'] !== 60 ? ['--renew-every', String(f['renew-every'])] : []),
+    ]
   }
 }

@@ -3,8 +3,9 @@ import {Flags} from '@oclif/core'
 import {BaseCommand, EXIT_CODES_HELP, fleetFlags, timeoutFlag} from '../cli/base.js'
 import {readEpisodes} from '../cli/inputs.js'
 import {commitJson, keys, note, warn} from '../cli/output.js'
-import {commitAndPublish} from '../coordination/controller.js'
-import {ControllerError} from '../coordination/errors.js'
+import {afterClose, closeCheckpoint, commitAndPublish, openCheckpoints} from '../coordination/controller.js'
+import {DiscoveredParticipant} from '../coordination/discover.js'
+import {ControllerError, CoordinationError, failureMessage, nextStep} from '../coordination/errors.js'
 import {restartsOf} from '../coordination/operations.js'
 
 export default class Commit extends BaseCommand<typeof Commit> {
@@ -31,24 +32,54 @@ Episodes: one per line as r, r-a2, r@2 or {"rollout_id":"r","attempt":2}; or a J
 
   async run() {
     const episodes = this.flags.episodes ? await readEpisodes(this.flags.episodes) : null
-    const {coordinator, discovery} = await this.connect()
-    const ids = [...new Set(discovery.participants.map((p) => p.status.checkpoint_id).filter((x): x is string => x !== null))]
-    if (!this.flags.id && ids.length === 0) throw new ControllerError('participant', 'no participant has an open checkpoint: run gymckpt prepare first')
-    if (!this.flags.id && ids.length > 1) throw new ControllerError('participant', `participants hold different checkpoints (${ids.join(', ')}): pass --id, or resume them and prepare again`)
-    const id = this.flags.id ?? ids[0]!
+    // Tolerant: a member that died since prepare must not leave the others closed.
+    const {coordinator, discovery} = await this.connect(undefined, {tolerant: true})
+    const id = this.checkpointToCommit(discovery.participants)
+    const down = discovery.failures.filter((f) => f.code !== 'no_model')
+    const holders = discovery.participants.filter((p) => p.status.checkpoint_id === id)
+    const lost = discovery.participants.filter((p) => p.status.checkpoint_id === null)
+    if (holders.length && (down.length || lost.length)) {
+      // A member is down or restarted empty: this checkpoint can never be committed. Close it on
+      // every reachable participant instead of leaving them closed until their leases run out.
+      const closed = await closeCheckpoint(coordinator, id, Date.now() / 1000 + this.flags.timeout, note)
+      const after = afterClose(id, closed)
+      const why = [...down.map((f) => `${f.server} is down (${failureMessage(f)})`), ...lost.map((p) => `${p.server} holds no checkpoint (restarted, or its lease expired)`)].join('; ')
+      const state = closed.resumed && down.length ? `every reachable participant was resumed; ${down.map((f) => f.server).join(', ')} reopen(s) by itself when its lease expires, or resume again once it is back` : after.text
+      throw new ControllerError(down.length ? 'discovery' : 'participant', `checkpoint '${id}' cannot be committed: ${why}; nothing was committed; ${state}. Checkpoint again (a new ID) once every server is back.`, {
+        checkpoint_id: id,
+        unreachable: down,
+        lost: lost.map((p) => p.server),
+      }).withNext(...(down.length ? [nextStep('resume', ['--id', id])] : after.next))
+    }
+    if (down.length) throw new CoordinationError('discover', down, 'every participant must answer before a commit; nothing was sent').withNext(nextStep('commit', ['--id', id, '--root', this.flags.root]))
     const notPrepared = discovery.participants.filter((p) => p.status.checkpoint_id !== id || (p.status.phase !== 'prepared' && p.status.phase !== 'committed'))
     if (notPrepared.length) {
-      throw new ControllerError('participant', `not prepared under '${id}': ${notPrepared.map((p) => `${p.server} (${p.status.phase} ${p.status.checkpoint_id ?? ''})`.trim()).join(', ')}; run gymckpt prepare first`)
+      throw new ControllerError('fleet_state', `not prepared under '${id}': ${notPrepared.map((p) => `${p.server} (${p.status.phase}${p.status.checkpoint_id ? ` of '${p.status.checkpoint_id}'` : ''})`).join(', ')}; nothing was sent`).withNext(
+        nextStep('resume', ['--id', id]),
+      )
     }
     const restarts = restartsOf(discovery.participants.map((p) => p.status.report.restarts))
     if (!episodes) warn('no --episodes: committing without a scope; every participant exports all of its live episodes')
-    const out = await commitAndPublish(coordinator, {checkpointId: id, root: this.flags.root, episodes, restarts, deadlineTs: Date.now() / 1000 + this.flags.timeout, publish: !this.flags['no-publish']})
+    const out = await commitAndPublish(coordinator, {checkpointId: id, root: this.flags.root, episodes, restarts, deadlineTs: Date.now() / 1000 + this.flags.timeout, publish: !this.flags['no-publish']}).catch((err: unknown) => {
+      if (err instanceof ControllerError && err.next.length === 0) err.withNext(nextStep('resume', ['--id', id]))
+      throw err
+    })
+    const next = [this.nextLine(nextStep('resume', ['--id', id]))]
     if (!this.jsonEnabled()) {
       this.log(out.checkpointDir)
       note(`committed '${id}' on ${out.replies.size} participant(s); continued: ${keys(out.continued)}; restarted: ${keys(out.restarted)}`)
       note(out.published ? `published: LATEST -> ${id}` : 'not published (--no-publish)')
-      note(`next: gymckpt resume --id ${id}`)
+      note(`the fleet stays closed until resumed; next: ${next[0]}`)
     }
-    return commitJson(out)
+    return {...commitJson(out), next}
+  }
+
+  /** The checkpoint the participants are prepared under (or --id), with the real problem when none is. */
+  private checkpointToCommit(ps: DiscoveredParticipant[]): string {
+    const open = [...openCheckpoints(new Map(ps.map((p) => [p.server, p.status]))).keys()]
+    if (this.flags.id) return this.flags.id
+    if (open.length === 0) throw new ControllerError('fleet_state', 'no participant has an open checkpoint; nothing was sent. Prepare one first.').withNext(nextStep('prepare', ['--root', this.flags.root]))
+    if (open.length > 1) throw new ControllerError('fleet_state', `participants hold different checkpoints (${open.join(', ')}); nothing was sent. Pass --id, or resume them and prepare again.`).withNext(...open.map((k) => nextStep('resume', ['--id', k])))
+    return open[0]!
   }
 }

@@ -3,6 +3,7 @@ import {Flags} from '@oclif/core'
 import {BaseCommand, EXIT_CODES_HELP, fleetFlags, timeoutFlag} from '../cli/base.js'
 import {keys, note} from '../cli/output.js'
 import {prepareOrAbort} from '../coordination/controller.js'
+import {nextStep} from '../coordination/errors.js'
 import {newCheckpointId} from '../coordination/runs.js'
 
 export default class Prepare extends BaseCommand<typeof Prepare> {
@@ -16,6 +17,7 @@ closed until 'commit' and 'resume'; leases end deadline + grace (Gym: 600 s) aft
     id: Flags.string({summary: 'Checkpoint ID (default: a new ckpt-<time>-<hex>). Never reuse a resumed ID.'}),
     timeout: timeoutFlag,
     'keep-closed': Flags.boolean({summary: 'When prepare misses its deadline, leave the fleet closed for inspection.'}),
+    root: Flags.string({summary: 'Checkpoint root the commit will write to; only used to print the exact commit command.'}),
   }
 
   async run() {
@@ -24,11 +26,18 @@ closed until 'commit' and 'resume'; leases end deadline + grace (Gym: 600 s) aft
     const deadlineTs = Date.now() / 1000 + this.flags.timeout
     const prep = await prepareOrAbort(coordinator, id, deadlineTs, {keepClosed: this.flags['keep-closed'], log: note})
     const restarts = prep.restarts()
+    // commit publishes and does not resume: the resume is its own step, as in Gym's coordination.
+    const next = [
+      this.nextLine(nextStep('commit', ['--id', id, '--root', this.flags.root ?? 'ROOT'])),
+      this.nextLine(nextStep('resume', ['--id', id])),
+    ]
     if (!this.jsonEnabled()) {
       this.log(id)
       note(`prepared ${prep.replies.size} participant(s); restarts: ${keys(restarts)}`)
-      note(`next: gymckpt commit --id ${id} --root DIR [--episodes FILE], then gymckpt resume --id ${id}`)
+      note(`the fleet is closed until it is resumed (leases end ${this.flags.timeout} s + the participants' grace from now)`)
+      for (const n of next) note(`next: ${n}`)
+      note(`(add --episodes FILE to the commit: the episodes you continue; Gym's policy model refuses a commit without them${this.flags.root ? '' : '; pass --root to prepare to print the exact commit line'})`)
     }
-    return {checkpoint_id: id, prepared: true, deadline_ts: deadlineTs, restarts: restarts.map((e) => ({rollout_id: e.rolloutId, attempt: e.attempt}))}
+    return {checkpoint_id: id, prepared: true, deadline_ts: deadlineTs, restarts: restarts.map((e) => ({rollout_id: e.rolloutId, attempt: e.attempt})), next}
   }
 }

@@ -2,7 +2,7 @@ import {Args, Flags} from '@oclif/core'
 
 import {BaseCommand, EXIT_CODES_HELP, fleetFlags, timeoutFlag} from '../cli/base.js'
 import {episodesJson, keys, note, table} from '../cli/output.js'
-import {ControllerError, CoordinationError} from '../coordination/errors.js'
+import {ControllerError, CoordinationError, nextStep} from '../coordination/errors.js'
 import {RestorePlan, assertRestorable, planRestore, restoreCheckpoint} from '../coordination/restore.js'
 import {nextAttempt} from '../protocol/episode.js'
 
@@ -44,12 +44,13 @@ continued episode next at attempt + 1; start restarts over from input at attempt
       return {dry_run: true, valid: true, ...planJson(plan)}
     }
     const r = await restoreCheckpoint(coordinator, opts)
+    const next = r.resumed ? [] : [this.nextLine(nextStep('resume', ['--id', r.restoreId]))]
     if (!this.jsonEnabled()) {
       this.log(r.restoreId)
       this.render(r, false)
-      note(r.resumed ? `restored '${r.checkpointId}' and resumed the fleet` : `restored '${r.checkpointId}'; the fleet is closed until you resume it: gymckpt resume --id ${r.restoreId}`)
+      note(r.resumed ? `restored '${r.checkpointId}' and resumed the fleet` : `restored '${r.checkpointId}'; the fleet is closed until you resume it: ${next[0]}`)
     }
-    return {dry_run: false, restore_id: r.restoreId, resumed: r.resumed, ...planJson(r), restored: r.restoredByServer}
+    return {dry_run: false, restore_id: r.restoreId, resumed: r.resumed, ...planJson(r), restored: r.restoredByServer, next}
   }
 
   private render(plan: RestorePlan, dryRun: boolean): void {

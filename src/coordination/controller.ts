@@ -2,11 +2,11 @@ import {mkdir} from 'node:fs/promises'
 import path from 'node:path'
 
 import {EpisodeId, captureKey, fromCaptureKey, toWire} from '../protocol/episode.js'
-import {CommitReply} from '../protocol/wire.js'
+import {CommitReply, StatusReply} from '../protocol/wire.js'
 import {CheckpointStateError} from '../storage/errors.js'
 import {ControllerManifest, FORMAT_VERSION, publishLatest, writeControllerManifest} from '../storage/root.js'
-import {ControllerError} from './errors.js'
-import {Coordinator, PrepareResult, continuedOf, commit, prepare, renew, resume} from './operations.js'
+import {ControllerError, CoordinationError, NextStep, ParticipantFailure, failureMessage, nextStep} from './errors.js'
+import {Coordinator, PrepareResult, continuedOf, commit, prepare, renew, resume, statusAll} from './operations.js'
 import {RunTracker, newCheckpointId} from './runs.js'
 
 export type Log = (msg: string) => void
@@ -39,41 +39,96 @@ export class LeaseKeeper {
   }
 }
 
+/** The outcome of resuming a checkpoint to close it: which participants could not be reopened. */
+export interface CloseOutcome {
+  resumed: boolean
+  failures: ParticipantFailure[]
+}
+
+/**
+ * Resumes `id` everywhere (reverse order, going on past failures) to close a checkpoint that will
+ * not be committed. Never throws: the caller reports the failures with its own error.
+ */
+export async function closeCheckpoint(c: Coordinator, id: string, deadlineTs: number, log?: Log): Promise<CloseOutcome> {
+  try {
+    await resume({...c, signal: undefined}, id, Math.max(deadlineTs, Date.now() / 1000 + 30))
+    return {resumed: true, failures: []}
+  } catch (err) {
+    log?.(`resume of '${id}' failed: ${(err as Error).message}`)
+    return {resumed: false, failures: err instanceof CoordinationError ? err.failures : [{server: 'fleet', status: null, code: null, message: (err as Error).message}]}
+  }
+}
+
+/** How an aborted checkpoint left the fleet, for an error message, and the step that finishes it. */
+export function afterClose(id: string, a: CloseOutcome): {text: string; next: NextStep[]} {
+  if (a.resumed) return {text: `the fleet was resumed (checkpoint '${id}' is closed for good)`, next: []}
+  const names = a.failures.map((f) => `${f.server} (${failureMessage(f)})`).join(', ')
+  return {
+    text: `resuming '${id}' failed on ${names}; the others were resumed. A participant that stays unreachable reopens by itself when its lease expires`,
+    next: [nextStep('resume', ['--id', id])],
+  }
+}
+
+/**
+ * The checkpoints participants report open, other than `except`: `{id: ["server (phase)", ...]}`.
+ */
+export function openCheckpoints(statuses: Map<string, StatusReply>, except?: string): Map<string, string[]> {
+  const open = new Map<string, string[]>()
+  for (const [server, st] of statuses) {
+    if (st.checkpoint_id === null || st.checkpoint_id === except) continue
+    open.set(st.checkpoint_id, [...(open.get(st.checkpoint_id) ?? []), `${server} (${st.phase})`])
+  }
+  return open
+}
+
+/**
+ * Before a prepare sends anything: every participant answers, and none has another checkpoint
+ * open (a second prepare would be refused by them, and its cleanup would only fence its own ID).
+ */
+export async function preparePreflight(c: Coordinator, id: string): Promise<void> {
+  const {statuses, failures} = await statusAll(c)
+  if (failures.length) throw new CoordinationError('discover', failures, `every participant must answer before checkpoint '${id}' is prepared; nothing was sent`)
+  const open = openCheckpoints(statuses, id)
+  if (open.size === 0) return
+  const list = [...open].map(([k, servers]) => `'${k}' on ${servers.join(', ')}`).join('; ')
+  throw new ControllerError(
+    'fleet_state',
+    `another checkpoint is open: ${list}; nothing was sent. Finish it first: commit it (gymckpt commit --id ID --root ROOT) or resume it, unless another controller is still working on it.`,
+    {open: Object.fromEntries(open)},
+  ).withNext(...[...open.keys()].map((k) => nextStep('resume', ['--id', k])))
+}
+
 /**
  * Prepares. When a stage misses its deadline, fails, or is interrupted, resumes every participant
  * (unless keepClosed: then only a missed deadline leaves the fleet closed) and raises:
  * `not_prepared` with each server's blockers, the stage's error, or `interrupted`.
  */
 export async function prepareOrAbort(c: Coordinator, id: string, deadlineTs: number, opts: {keepClosed?: boolean; log?: Log} = {}): Promise<PrepareResult> {
-  const abort = async () => {
-    try {
-      await resume({...c, signal: undefined}, id, Math.max(deadlineTs, Date.now() / 1000 + 30))
-    } catch (err) {
-      opts.log?.(`resume of '${id}' after the failed prepare failed: ${(err as Error).message}`)
-    }
-  }
+  await preparePreflight(c, id)
   let prep: PrepareResult
   try {
     prep = await prepare(c, id, deadlineTs)
   } catch (err) {
     // Earlier stages are closed: reopen them, and fence the ID on the stages never reached.
-    await abort()
-    if (c.signal?.aborted) throw new ControllerError('interrupted', `interrupted while preparing '${id}'; the fleet was resumed`)
+    const a = afterClose(id, await closeCheckpoint(c, id, deadlineTs, opts.log))
+    if (c.signal?.aborted) throw new ControllerError('interrupted', `interrupted while preparing '${id}'; ${a.text}`).withNext(...a.next)
+    if (err instanceof CoordinationError) throw new CoordinationError('prepare', err.failures, a.text).withNext(...a.next)
     throw err
   }
   if (prep.prepared) return prep
-  if (!opts.keepClosed) await abort()
   const blockers = prep.blockers()
   const list = Object.entries(blockers)
     .map(([s, b]) => `${s}: ${b.blockerCount} (${b.blockers.slice(0, 5).join(', ')}${b.blockerCount > 5 ? ', …' : ''})`)
     .join('; ')
-  throw new ControllerError(
-    'not_prepared',
-    `checkpoint '${id}' was not prepared before its deadline; blockers: ${list}. ${
-      opts.keepClosed ? `The fleet is left closed: resume '${id}' when done inspecting.` : 'The fleet was resumed; retire the blockers or wait, then checkpoint again under a new ID.'
-    }`,
-    {checkpoint_id: id, blockers, not_reached: prep.notReached},
-  )
+  const details = {checkpoint_id: id, blockers, not_reached: prep.notReached}
+  if (opts.keepClosed) {
+    throw new ControllerError('not_prepared', `checkpoint '${id}' was not prepared before its deadline; blockers: ${list}. The fleet is left closed for inspection: resume '${id}' when done.`, details).withNext(
+      nextStep('status'),
+      nextStep('resume', ['--id', id]),
+    )
+  }
+  const a = afterClose(id, await closeCheckpoint(c, id, deadlineTs, opts.log))
+  throw new ControllerError('not_prepared', `checkpoint '${id}' was not prepared before its deadline; blockers: ${list}. ${a.text}; wait for the blockers or retire them, then checkpoint again (a new ID).`, details).withNext(...a.next)
 }
 
 export interface CommitPlan {
@@ -178,52 +233,37 @@ export async function checkpoint(c: Coordinator, opts: CheckpointOptions): Promi
   const id = opts.checkpointId ?? newCheckpointId()
   const deadlineTs = Date.now() / 1000 + timeoutS
   const phase = opts.onPhase ?? (() => {})
-  let keeper: LeaseKeeper | null = null
-  let resumeNeeded = true
-  let failed = false
-  try {
-    phase('prepare', 'start')
-    // prepareOrAbort resumes by itself when prepare does not succeed.
-    resumeNeeded = false
-    const prep = await prepareOrAbort(c, id, deadlineTs, {keepClosed: opts.keepClosedOnBlockers, log}).catch((err: unknown) => {
-      phase('prepare', 'failed')
-      throw err
-    })
-    resumeNeeded = true
-    phase('prepare', 'done')
-    keeper = new LeaseKeeper(c, id, opts.renewEveryMs ?? 60_000, timeoutS, log).start()
-    phase('commit', 'start')
-    const restarts = prep.restarts()
-    const episodes = opts.episodes !== undefined ? opts.episodes : opts.tracker ? opts.tracker.candidates() : null
-    const outcome = await commitAndPublish(c, {
-      checkpointId: id,
-      root: opts.root,
-      episodes,
-      restarts,
-      deadlineTs,
-      tracker: opts.tracker,
-      controllerState: opts.controllerState,
-    })
-    phase('commit', 'done')
-    return {...outcome, prepare: prep}
-  } catch (err) {
-    failed = true
-    if (c.signal?.aborted) throw new ControllerError('interrupted', `interrupted during checkpoint '${id}'; the fleet was resumed`)
+  phase('prepare', 'start')
+  // prepareOrAbort resumes by itself when prepare does not succeed.
+  const prep = await prepareOrAbort(c, id, deadlineTs, {keepClosed: opts.keepClosedOnBlockers, log}).catch((err: unknown) => {
+    phase('prepare', 'failed')
     throw err
-  } finally {
-    await keeper?.stop()
-    if (resumeNeeded) {
-      phase('resume', 'start')
-      try {
-        await resume({...c, signal: undefined}, id, Date.now() / 1000 + timeoutS)
-        phase('resume', 'done')
-      } catch (err) {
-        phase('resume', 'failed')
-        log(`resume of '${id}' failed: ${(err as Error).message}`)
-        // The first error wins; a failed resume after a successful checkpoint is an error too.
-        // eslint-disable-next-line no-unsafe-finally
-        if (!failed) throw err
-      }
-    }
+  })
+  phase('prepare', 'done')
+  const keeper = new LeaseKeeper(c, id, opts.renewEveryMs ?? 60_000, timeoutS, log).start()
+  let outcome: CommitOutcome | undefined
+  let error: unknown
+  try {
+    phase('commit', 'start')
+    const episodes = opts.episodes !== undefined ? opts.episodes : opts.tracker ? opts.tracker.candidates() : null
+    outcome = await commitAndPublish(c, {checkpointId: id, root: opts.root, episodes, restarts: prep.restarts(), deadlineTs, tracker: opts.tracker, controllerState: opts.controllerState})
+    phase('commit', 'done')
+  } catch (err) {
+    phase('commit', 'failed')
+    error = err
   }
+  await keeper.stop()
+  // Whatever happened after prepare (a failure, SIGINT, SIGTERM), every participant is resumed.
+  phase('resume', 'start')
+  const closed = await closeCheckpoint(c, id, Date.now() / 1000 + timeoutS, log)
+  phase('resume', closed.resumed ? 'done' : 'failed')
+  const after = afterClose(id, closed)
+  if (error !== undefined || !outcome) {
+    if (c.signal?.aborted) throw new ControllerError('interrupted', `interrupted during checkpoint '${id}'; nothing was published; ${after.text}`).withNext(...after.next)
+    if (error instanceof CoordinationError) throw new CoordinationError(error.operation, error.failures, `nothing was published; ${after.text}; checkpoint again (under a new ID)`).withNext(...after.next)
+    if (error instanceof ControllerError) throw new ControllerError(error.code, `${error.message}; ${after.text}`, error.details).withNext(...after.next)
+    throw error
+  }
+  if (!closed.resumed) throw new CoordinationError('resume', closed.failures, `checkpoint '${id}' was committed and published, but ${after.text}`).withNext(...after.next)
+  return {...outcome, prepare: prep}
 }

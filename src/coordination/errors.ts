@@ -9,7 +9,23 @@ export type ControllerErrorCode =
   | 'fleet_state' // the fleet is not in a state the operation needs (busy, a checkpoint open)
   | 'interrupted' // SIGINT/SIGTERM; the fleet was resumed
 
+/**
+ * A command the operator can run next, as data: the CLI renders it with its binary name and the
+ * fleet flags of the command that failed, so the printed line works when pasted.
+ */
+export interface NextStep {
+  command: string
+  args: string[]
+  /** Takes the same fleet flags (--head/--fleet/--server and the token source). */
+  fleet: boolean
+}
+
+export const nextStep = (command: string, args: string[] = [], fleet = true): NextStep => ({command, args, fleet})
+
 export class ControllerError extends Error {
+  /** What to run next; empty when nothing the operator runs would help. */
+  next: NextStep[] = []
+
   constructor(
     readonly code: ControllerErrorCode,
     message: string,
@@ -17,6 +33,11 @@ export class ControllerError extends Error {
   ) {
     super(message)
     this.name = 'ControllerError'
+  }
+
+  withNext(...steps: NextStep[]): this {
+    this.next = steps
+    return this
   }
 }
 

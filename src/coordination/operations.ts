@@ -135,8 +135,8 @@ export function commit(c: Coordinator, checkpointId: string, checkpointDir: stri
   return all(c, 'commit', body, deadlineTs, `retry the commit with the same directory and scope, or resume '${checkpointId}' and prepare a new checkpoint`)
 }
 
-/** Resumes in reverse prepare order, going on past failures; raises them all at the end. */
-export async function resume(c: Coordinator, checkpointId: string, deadlineTs: number): Promise<Map<string, ReplyOf<'resume'>>> {
+/** Resumes in reverse prepare order, going on past failures; returns the replies and every failure. */
+export async function resumeAll(c: Coordinator, checkpointId: string, deadlineTs: number): Promise<StageResult<'resume'>> {
   const body = encodeBody({checkpoint_id: checkpointId, deadline_ts: deadlineTs})
   const replies = new Map<string, ReplyOf<'resume'>>()
   const failures: ParticipantFailure[] = []
@@ -145,8 +145,14 @@ export async function resume(c: Coordinator, checkpointId: string, deadlineTs: n
     for (const [k, v] of r.replies) replies.set(k, v)
     failures.push(...r.failures)
   }
-  if (failures.length) throw new CoordinationError('resume', failures, `resume '${checkpointId}' again; an unreachable participant resumes itself when its lease expires`)
-  return replies
+  return {replies, failures}
+}
+
+/** Resumes in reverse prepare order, going on past failures; raises them all at the end. */
+export async function resume(c: Coordinator, checkpointId: string, deadlineTs: number): Promise<Map<string, ReplyOf<'resume'>>> {
+  const r = await resumeAll(c, checkpointId, deadlineTs)
+  if (r.failures.length) throw new CoordinationError('resume', r.failures, `the other participants were resumed; resume '${checkpointId}' again; an unreachable participant resumes itself when its lease expires`)
+  return r.replies
 }
 
 async function staged<O extends 'retire' | 'forget'>(c: Coordinator, op: O, body: Buffer, deadlineTs: number): Promise<Map<string, ReplyOf<O>>> {

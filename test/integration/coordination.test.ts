@@ -141,7 +141,7 @@ describe('fan-out order and bodies', () => {
     await prepare(c, 'c1', soon())
     fleet.server('policy').faults.add('resume', {type: 'status', status: 500})
     const err = await resume(c, 'c1', soon()).catch((e: unknown) => e)
-    expect((err as Error).message).toBe('checkpoint resume failed on 1 participant(s): policy: HTTP 500 Internal Server Error. resume \'c1\' again; an unreachable participant resumes itself when its lease expires')
+    expect((err as Error).message).toBe('checkpoint resume failed on 1 participant(s): policy: HTTP 500 Internal Server Error. the other participants were resumed; resume \'c1\' again; an unreachable participant resumes itself when its lease expires')
     for (const n of ['env', 'agent', 'res']) expect((await control(fleet.server(n).url, 'status')).json.phase).toBe('idle')
     await resume(c, 'c1', soon())
     expect((await control(fleet.server('policy').url, 'status')).json.phase).toBe('idle')

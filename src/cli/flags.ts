@@ -1,0 +1,31 @@
+import {Flags} from '@oclif/core'
+
+/** setTimeout fires at once (with a warning) past 2^31-1 ms: every duration stays well below it. */
+export const MAX_TIMER_MS = 2 ** 31 - 1
+/** The largest bound a seconds flag may have: room for the 5 s reply grace and more under MAX_TIMER_MS. */
+export const MAX_SECONDS = 2_000_000
+
+function duration(s: number): string {
+  if (s % 86_400 === 0) return `${s / 86_400} day${s === 86_400 ? '' : 's'}`
+  if (s % 3600 === 0) return `${s / 3600} hour${s === 3600 ? '' : 's'}`
+  if (s % 60 === 0) return `${s / 60} minute${s === 60 ? '' : 's'}`
+  return `${s} s`
+}
+
+/**
+ * A whole number of seconds between `min` (default 1) and `max`, with the bounds stated in its
+ * summary; out of range, oclif refuses it with exit 2 before the command runs.
+ */
+export function seconds(opts: {summary: string; default: number; max: number; min?: number; helpGroup?: string}) {
+  const min = opts.min ?? 1
+  if (!(Number.isInteger(min) && Number.isInteger(opts.max) && min >= 0 && min <= opts.default && opts.default <= opts.max && opts.max <= MAX_SECONDS)) {
+    throw new Error(`seconds flag: bounds ${min}..${opts.max} with default ${opts.default} must be integers within 0..${MAX_SECONDS}`)
+  }
+  return Flags.integer({
+    summary: `${opts.summary.replace(/\.$/, '')}; ${min} to ${opts.max} (${duration(opts.max)}).`,
+    default: opts.default,
+    min,
+    max: opts.max,
+    helpGroup: opts.helpGroup,
+  })
+}
