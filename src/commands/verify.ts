@@ -12,7 +12,12 @@ export default class Verify extends BaseCommand<typeof Verify> {
   static override description = `Accepts a checkpoint root (follows LATEST) or a checkpoint directory, made by gymckpt
 (gymckpt.json) or by Gym's own rollout collection (collection.json). Checks every participant
 manifest, streams every records file through sha256 and counts its records, reads each record's
-episode_id, and checks the records against the commit scope. Exit 6 on any error.\n\n${EXIT_CODES_HELP}`
+episode_id, and refuses duplicate records of one episode, symlinks that leave the checkpoint
+directory, and records file names that disagree with their digest. Records outside the commit
+scope are normal (Gym's environment, agent and resources servers export every live episode) and
+are counted per participant: IN_SCOPE records are what a restore installs, OUTSIDE_SCOPE records
+are verified and skipped, SCOPE_WITHOUT_RECORD counts scope episodes the participant held nothing
+for. Exit 6 on any error.\n\n${EXIT_CODES_HELP}`
   static override examples = ['<%= config.bin %> verify /shared/ckpt', '<%= config.bin %> verify /shared/ckpt --id ckpt-20261202T120000-1a2b3c4d --json']
   static override args = {location: Args.string({description: 'Checkpoint root or checkpoint directory.', required: true})}
   static override flags = {id: Flags.string({summary: 'Checkpoint ID under the root (default: LATEST).'})}
@@ -33,13 +38,27 @@ episode_id, and checks the records against the commit scope. Exit 6 on any error
       continued: report.continued.length,
       restarted: report.restarted.length,
       uncovered: report.uncovered,
-      participants: report.participants.map((p) => ({kind: p.kind, instance: p.instance, ok: p.ok, records: p.records, bytes: p.bytes, records_sha256: p.recordsSha256})),
+      participants: report.participants.map((p) => ({
+        kind: p.kind,
+        instance: p.instance,
+        ok: p.ok,
+        records: p.records,
+        in_scope: p.inScope,
+        outside_scope: p.outsideScope,
+        scope_without_record: p.scopeWithoutRecord,
+        bytes: p.bytes,
+        records_sha256: p.recordsSha256,
+      })),
       problems: report.problems,
     }
     if (!this.jsonEnabled()) {
-      this.log(table(json.participants, ['kind', 'instance', 'ok', 'records', 'bytes']))
-      for (const p of report.problems) note(`${p.severity === 'error' ? color.red('error') : color.yellow('warning')}: ${p.where}: ${p.message}`)
-      this.log(`${report.ok ? color.green('valid') : color.red('INVALID')}: ${report.checkpointId} (${report.continued.length} continued, ${report.restarted.length} restarted)`)
+      this.log(table(json.participants, ['kind', 'instance', 'ok', 'records', 'in_scope', 'outside_scope', 'scope_without_record', 'bytes']))
+      for (const p of report.problems) note(`${p.severity === 'error' ? color.red('error') : p.severity === 'warning' ? color.yellow('warning') : 'note'}: ${p.where}: ${p.message}`)
+      const installs = report.participants.reduce((n, p) => n + p.inScope, 0)
+      this.log(
+        `${report.ok ? color.green('valid') : color.red('INVALID')}: ${report.checkpointId} (${report.continued.length} continued, ${report.restarted.length} restarted; ` +
+          `a restore installs the ${installs} record(s) in scope and skips the ${report.participants.reduce((n, p) => n + p.outsideScope, 0)} outside it)`,
+      )
     }
     if (!report.ok) {
       const errs = report.problems.filter((p) => p.severity === 'error')

@@ -43,7 +43,11 @@ export interface Participant {
   report(): PrepareReport
   closeAdmission(): void
   openAdmission(): void
-  /** Takes the cut: records of every exportable episode in `scope` (all when null). */
+  /**
+   * Takes the cut (Gym's rule): environment, agent and resources export every live episode they
+   * hold, whatever the scope; the policy model only those in `scope`; restored-but-unclaimed state
+   * only in `scope`, on every kind. A null scope exports everything live.
+   */
   exportRecords(scope: ReadonlySet<string> | null): ExportedRecord[]
   /** Throws a message when a restored record is invalid for this participant. */
   validateRecord(key: string, record: PyValue): void

@@ -79,6 +79,12 @@ abstract class SimBase implements Participant {
     for (const f of this.listeners) f()
   }
 
+  /** Retired by a retire mark (also while that retire is still stopping it). */
+  protected isRetired(ep: EpisodeId): boolean {
+    const mark = this.cp?.retired.get(ep.rolloutId)
+    return mark !== undefined && ep.attempt <= mark
+  }
+
   abstract report(): PrepareReport
   abstract exportRecords(scope: ReadonlySet<string> | null): ExportedRecord[]
   abstract validateRecord(key: string, record: PyValue): void
@@ -183,8 +189,10 @@ export class SimEnvironment extends SimBase {
         ['boundary', b ? new Map<string, PyValue>([['step', b.step], ['acc', b.acc]]) : null],
       ]),
     })
+    // Gym's rule: every live episode held at a boundary, whatever the scope; only restored state
+    // no replacement has claimed is cut to the scope (and deleted after the write).
     for (const e of this.episodes.values()) {
-      if (e.restart || e.retiring || (scope && !scope.has(e.key))) continue
+      if (e.restart || e.retiring || this.isRetired(e.ep)) continue
       out.push(rec(e.ep, e.taskDigest, e.boundary))
     }
     for (const [key, r] of this.restoredPending) {
@@ -370,8 +378,13 @@ export class SimDownstream extends SimBase {
 
   exportRecords(scope: ReadonlySet<string> | null): ExportedRecord[] {
     const out: ExportedRecord[] = []
+    // Gym's rule: agent and resources export every live session whatever the scope; the policy
+    // model, which keeps a ledger of every episode it served, exports only the scope. Restored
+    // sessions no replacement has claimed are cut to the scope on every kind.
+    const cut = this.kind === 'model'
     for (const [key, s] of this.sessions) {
-      if (s.restart || (scope && !scope.has(key))) continue
+      if (s.restart || this.isRetired(s.ep)) continue
+      if (scope && (cut || s.restored) && !scope.has(key)) continue
       out.push({
         episode: s.ep,
         record: new Map<string, PyValue>([

@@ -1,7 +1,7 @@
 import {createHash} from 'node:crypto'
 import {isAscii, isUtf8} from 'node:buffer'
 import {createReadStream} from 'node:fs'
-import {mkdir, open, readFile, rename, unlink} from 'node:fs/promises'
+import {lstat, mkdir, open, readFile, realpath, rename, unlink} from 'node:fs/promises'
 import path from 'node:path'
 
 import {EpisodeIdWire, SAFE_ID_PATTERN, captureKey, fromWire} from '../protocol/episode.js'
@@ -177,6 +177,13 @@ export interface ReadStateOptions {
    * none. Every line is still hashed, counted and checked to be a JSON object with an episode_id.
    */
   keep?: ReadonlySet<string> | null
+  /**
+   * Offline verification only (Gym's restore checks neither): the checkpoint directory that the
+   * participant directory, its manifest and its records file must resolve inside (a symlink
+   * leaving it is an error naming the link and its target), and a `records-<hex>.jsonl` whose
+   * <hex> is not its content's sha256 is an error.
+   */
+  within?: string
 }
 
 export interface StoredRecord {
@@ -211,6 +218,11 @@ export async function readParticipantState(dir: string, opts: ReadStateOptions =
 
 async function readInner(dir: string, opts: ReadStateOptions): Promise<ReadStateResult> {
   const manifestPath = path.join(dir, MANIFEST_FILE)
+  const base = opts.within === undefined ? null : await realpath(opts.within)
+  if (base !== null) {
+    await staysInside(opts.within!, base, dir)
+    await staysInside(opts.within!, base, manifestPath)
+  }
   let text: string
   try {
     text = await readFile(manifestPath, 'utf8')
@@ -235,6 +247,7 @@ async function readInner(dir: string, opts: ReadStateOptions): Promise<ReadState
     throw new CheckpointStateError(`${manifestPath} names an invalid records file ${JSON.stringify(m.records_file)}`)
   }
   const recordsPath = path.join(dir, m.records_file)
+  if (base !== null) await staysInside(opts.within!, base, recordsPath)
   const hash = createHash('sha256')
   const keys: string[] = []
   const kept: StoredRecord[] = []
@@ -293,6 +306,61 @@ async function readInner(dir: string, opts: ReadStateOptions): Promise<ReadState
   if (pending.length) onLine(Buffer.concat(pending))
   const sha = hash.digest('hex')
   if (m.records_sha256 !== sha) throw new CheckpointStateError(`${recordsPath} does not match its manifest digest`)
+  const named = /^records-([0-9a-f]{64})\.jsonl$/.exec(m.records_file)?.[1]
+  if (base !== null && named !== undefined && named !== sha) {
+    throw new CheckpointStateError(`${recordsPath} is named for sha256 ${named}, but its content and its manifest's records_sha256 are ${sha}`)
+  }
   if (m.record_count !== keys.length) throw new CheckpointStateError(`${manifestPath} expects ${JSON.stringify(m.record_count)} records, found ${keys.length}`)
   return {dir, manifest: m as ParticipantManifest, keys, kept, bytes}
+}
+
+/**
+ * Throws when `target` (under `root`, whose real path is `base`) resolves outside `base`, naming
+ * the first symlink on the way that leaves it. A path that does not exist is left to the reader.
+ */
+async function staysInside(root: string, base: string, target: string): Promise<void> {
+  const inside = (p: string) => {
+    const rel = path.relative(base, p)
+    return rel !== '..' && !rel.startsWith('..' + path.sep) && !path.isAbsolute(rel)
+  }
+  let real: string
+  try {
+    real = await realpath(target)
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return
+    throw err
+  }
+  if (inside(real)) return
+  // The link to name: the first component below the checkpoint directory that is a symlink out.
+  const parts = path.relative(root, target).split(path.sep)
+  let p = root
+  for (const part of parts) {
+    p = path.join(p, part)
+    if (!(await lstat(p)).isSymbolicLink()) continue
+    const to = await realpath(p)
+    if (!inside(to)) throw new CheckpointStateError(`${p} is a symlink to ${to}, outside the checkpoint directory ${base}`)
+  }
+  throw new CheckpointStateError(`${target} resolves to ${real}, outside the checkpoint directory ${base}`)
+}
+
+/**
+ * Sorts capture keys in place and returns the keys that occur more than once (with how often),
+ * at most `max` of them, plus how many there are in all. Nothing but the list itself is held.
+ */
+export function sortFindDuplicates(keys: string[], max = 10): {count: number; first: {key: string; records: number}[]} {
+  keys.sort()
+  const first: {key: string; records: number}[] = []
+  let count = 0
+  for (let i = 1; i < keys.length; ) {
+    if (keys[i] !== keys[i - 1]) {
+      i++
+      continue
+    }
+    let j = i + 1
+    while (j < keys.length && keys[j] === keys[i]) j++
+    count++
+    if (first.length < max) first.push({key: keys[i]!, records: j - i + 1})
+    i = j
+  }
+  return {count, first}
 }

@@ -3,12 +3,12 @@
 import {parentPort} from 'node:worker_threads'
 
 import {CheckpointStateError} from './errors.js'
-import {readParticipantState} from './participant-store.js'
+import {DirJob, verifyDir} from './verify.js'
 
-parentPort!.on('message', async (job: {id: number; dir: string; kind: string; instance: string}) => {
+parentPort!.on('message', async (job: DirJob & {id: number}) => {
   try {
-    const r = await readParticipantState(job.dir, {kind: job.kind, instance: job.instance, keep: null})
-    parentPort!.postMessage({id: job.id, ok: true, manifest: r.manifest, keys: r.keys, bytes: r.bytes})
+    const r = await verifyDir(job)
+    parentPort!.postMessage({id: job.id, ok: true, ...r})
   } catch (err) {
     parentPort!.postMessage({id: job.id, ok: false, stateError: err instanceof CheckpointStateError, message: (err as Error).message})
   }

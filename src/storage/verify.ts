@@ -8,11 +8,12 @@ import {Worker} from 'node:worker_threads'
 import {captureKey, fromWire} from '../protocol/episode.js'
 import {ParticipantManifest} from '../protocol/wire.js'
 import {CheckpointStateError} from './errors.js'
-import {encodeManifest, readParticipantState} from './participant-store.js'
+import {encodeManifest, readParticipantState, sortFindDuplicates} from './participant-store.js'
 import {listParticipantDirs, readCheckpointSummary, resolveCheckpoint} from './root.js'
 
 export interface VerifyProblem {
-  severity: 'error' | 'warning'
+  /** Errors make the checkpoint invalid; warnings and infos do not. */
+  severity: 'error' | 'warning' | 'info'
   where: string
   message: string
 }
@@ -25,7 +26,18 @@ export interface VerifiedParticipant {
   records: number
   bytes: number
   recordsSha256: string | null
+  /** Capture keys of every record, sorted. */
   episodes: string[]
+  /** Records whose episode is in the commit scope: the ones a restore installs. */
+  inScope: number
+  /**
+   * Records of episodes outside the commit scope. Gym's environment, agent and resources servers
+   * export every live episode they hold, so these are normal; a restore verifies and skips them.
+   * Without a controller manifest (no scope known) every record counts here.
+   */
+  outsideScope: number
+  /** Commit-scope episodes this participant holds no record of (it had no state for them). */
+  scopeWithoutRecord: number
 }
 
 export interface VerifyReport {
@@ -53,8 +65,26 @@ export interface VerifyOptions {
 
 interface DirResult {
   manifest: ParticipantManifest
+  /** Sorted. */
   keys: string[]
   bytes: number
+  duplicates: ReturnType<typeof sortFindDuplicates>
+}
+
+export interface DirJob {
+  dir: string
+  kind: string
+  instance: string
+  /** The checkpoint directory every file must resolve inside. */
+  within: string
+}
+
+/** One participant directory, as verify reads it (in this thread or in a worker). */
+export async function verifyDir(job: DirJob): Promise<DirResult> {
+  const r = await readParticipantState(job.dir, {kind: job.kind, instance: job.instance, keep: null, within: job.within})
+  // Sorted in place: duplicates are found without holding more than the list of keys.
+  const duplicates = sortFindDuplicates(r.keys)
+  return {manifest: r.manifest, keys: r.keys, bytes: r.bytes, duplicates}
 }
 
 const WORKER_URL = new URL('./verify-worker.js', import.meta.url)
@@ -72,7 +102,7 @@ async function totalBytes(dirs: {dir: string}[]): Promise<number> {
  * Reads participant directories, several at once in worker threads when there are several
  * directories and cores (hashing and scanning are CPU-bound), else in this thread.
  */
-async function readAll(dirs: {kind: string; instance: string; dir: string}[], concurrency: number, minBytes: number, each: (i: number, r: DirResult | CheckpointStateError) => void): Promise<void> {
+async function readAll(dirs: DirJob[], concurrency: number, minBytes: number, each: (i: number, r: DirResult | CheckpointStateError) => void): Promise<void> {
   const threads = Math.min(concurrency, dirs.length)
   // A worker costs a start and a cold JIT: worth it only for enough bytes to hash and scan.
   const useWorkers = threads > 1 && existsSync(fileURLToPath(WORKER_URL)) && (await totalBytes(dirs)) >= minBytes
@@ -82,7 +112,7 @@ async function readAll(dirs: {kind: string; instance: string; dir: string}[], co
       const i = next++
       const d = dirs[i]!
       try {
-        each(i, await readParticipantState(d.dir, {kind: d.kind, instance: d.instance, keep: null}))
+        each(i, await verifyDir(d))
       } catch (err) {
         if (!(err instanceof CheckpointStateError)) throw err
         each(i, err)
@@ -100,7 +130,7 @@ async function readAll(dirs: {kind: string; instance: string; dir: string}[], co
         const reply = await new Promise<{ok: boolean; stateError?: boolean; message?: string} & Partial<DirResult>>((resolve, reject) => {
           w.once('message', resolve)
           w.once('error', reject)
-          w.postMessage({id: i, dir: d.dir, kind: d.kind, instance: d.instance})
+          w.postMessage({id: i, ...d})
         })
         w.removeAllListeners('error')
         if (reply.ok) each(i, reply as DirResult)
@@ -116,8 +146,11 @@ async function readAll(dirs: {kind: string; instance: string; dir: string}[], co
 
 /**
  * Everything a restore would check, offline: the controller manifest, every participant manifest,
- * the streaming sha256 and count of every records file, each record's episode_id, and that the
- * records match the commit scope.
+ * the streaming sha256 and count of every records file, each record's episode_id, plus what only
+ * an offline check can afford: duplicate records, symlinks leaving the checkpoint directory, and
+ * records file names that disagree with their digest. Records outside the commit scope are not an
+ * error (Gym writes them); they are counted per participant, as are scope episodes without a
+ * record, and a restore skips them.
  */
 export async function verifyCheckpoint(location: string, opts: VerifyOptions = {}): Promise<VerifyReport> {
   const problems: VerifyProblem[] = []
@@ -156,15 +189,25 @@ export async function verifyCheckpoint(location: string, opts: VerifyOptions = {
   const dirs = await listParticipantDirs(checkpointDir)
   if (dirs.length === 0) problems.push({severity: 'error', where: checkpointDir, message: 'no participant state under gym/'})
   const concurrency = Math.max(1, opts.concurrency ?? os.availableParallelism())
-  const results: VerifiedParticipant[] = dirs.map((d) => ({...d, ok: false, records: 0, bytes: 0, recordsSha256: null, episodes: []}))
+  const results: VerifiedParticipant[] = dirs.map((d) => ({...d, ok: false, records: 0, bytes: 0, recordsSha256: null, episodes: [], inScope: 0, outsideScope: 0, scopeWithoutRecord: 0}))
+  const scope = new Set(report.continued)
   // Problems per directory, reported in directory order whichever thread finishes first.
   const dirProblems: VerifyProblem[][] = dirs.map(() => [])
-  await readAll(dirs, concurrency, opts.workerMinBytes ?? WORKER_MIN_BYTES, (i, r) => {
+  // Notes on records outside the scope follow every directory's problems, in directory order.
+  const scopeNotes: VerifyProblem[][] = dirs.map(() => [])
+  await readAll(dirs.map((d) => ({...d, within: checkpointDir})), concurrency, opts.workerMinBytes ?? WORKER_MIN_BYTES, (i, r) => {
     const d = dirs[i]!
     const v = results[i]!
     const mine = dirProblems[i]!
     if (r instanceof CheckpointStateError) return void mine.push({severity: 'error', where: d.dir, message: r.message})
     Object.assign(v, {ok: true, records: r.keys.length, bytes: r.bytes, recordsSha256: r.manifest.records_sha256, episodes: r.keys})
+    countScope(v, scope, summary ? scopeNotes[i]! : null)
+    if (r.duplicates.count) {
+      v.ok = false
+      const named = r.duplicates.first.map((x) => `'${x.key}' (${x.records} records)`).join(', ')
+      const more = r.duplicates.count > r.duplicates.first.length ? ` (+${r.duplicates.count - r.duplicates.first.length} more episodes)` : ''
+      mine.push({severity: 'error', where: d.dir, message: `${r.manifest.records_file} holds more than one record of ${r.duplicates.count === 1 ? 'episode' : `${r.duplicates.count} episodes`} ${named}${more}: a restore would install one episode twice`})
+    }
     if (summary && r.manifest.checkpoint_id !== summary.checkpointId) {
       v.ok = false
       mine.push({severity: 'error', where: d.dir, message: `manifest is of checkpoint '${r.manifest.checkpoint_id}', not '${summary.checkpointId}'`})
@@ -175,7 +218,7 @@ export async function verifyCheckpoint(location: string, opts: VerifyOptions = {
       mine.push({severity: 'error', where: d.dir, message: 'manifest differs from the one its participant returned at commit'})
     }
   })
-  problems.push(...dirProblems.flat())
+  problems.push(...dirProblems.flat(), ...scopeNotes.flat())
   report.participants = results
 
   if (summary?.participants) {
@@ -196,16 +239,9 @@ export async function verifyCheckpoint(location: string, opts: VerifyOptions = {
     }
   }
   if (summary) {
-    const scope = new Set(report.continued)
+    // Only scope episodes are looked up: no set of every record's key is built.
     const held = new Set<string>()
-    for (const p of results) {
-      const outside = new Set<string>()
-      for (const k of p.episodes) {
-        held.add(k)
-        if (!scope.has(k)) outside.add(k)
-      }
-      if (outside.size) problems.push({severity: 'error', where: p.dir, message: `records outside the commit scope: ${[...outside].slice(0, 10).join(', ')}${outside.size > 10 ? ` (+${outside.size - 10} more)` : ''}`})
-    }
+    for (const p of results) for (const k of p.episodes) if (scope.has(k)) held.add(k)
     report.uncovered = report.continued.filter((k) => !held.has(k))
     if (report.uncovered.length) {
       problems.push({severity: 'warning', where: summary.source, message: `${report.uncovered.length} continued episode(s) have no record on any participant and would start over from their input: ${report.uncovered.slice(0, 10).join(', ')}`})
@@ -213,4 +249,37 @@ export async function verifyCheckpoint(location: string, opts: VerifyOptions = {
   }
   report.ok = !problems.some((p) => p.severity === 'error')
   return report
+}
+
+/**
+ * Counts a participant's records against the commit scope (its keys are sorted). With `notes`, a
+ * participant holding records outside the scope gets an info line saying a restore skips them.
+ */
+function countScope(v: VerifiedParticipant, scope: ReadonlySet<string>, notes: VerifyProblem[] | null): void {
+  const keys = v.episodes
+  const outside: string[] = []
+  let outsideKeys = 0
+  let heldInScope = 0
+  v.inScope = 0
+  for (let i = 0; i < keys.length; i++) {
+    const k = keys[i]!
+    const first = i === 0 || keys[i - 1] !== k
+    if (scope.has(k)) {
+      v.inScope++
+      if (first) heldInScope++
+    } else if (first) {
+      outsideKeys++
+      if (outside.length < 10) outside.push(k)
+    }
+  }
+  v.outsideScope = keys.length - v.inScope
+  v.scopeWithoutRecord = scope.size - heldInScope
+  if (notes && v.outsideScope) {
+    const more = outsideKeys > outside.length ? ` (+${outsideKeys - outside.length} more)` : ''
+    notes.push({
+      severity: 'info',
+      where: v.dir,
+      message: `${v.outsideScope} record(s) outside the commit scope: ${outside.join(', ')}${more}; a restore skips them and installs only the ${v.inScope} in scope`,
+    })
+  }
 }

@@ -1,11 +1,11 @@
 import {createHash} from 'node:crypto'
-import {mkdir, readFile, readdir, writeFile} from 'node:fs/promises'
+import {mkdir, readFile, readdir, realpath, rename, symlink, writeFile} from 'node:fs/promises'
 import path from 'node:path'
 
 import {describe, expect, it} from 'vitest'
 
 import {CheckpointStateError} from '../../src/storage/errors.js'
-import {EMPTY_SHA256, encodeManifest, participantDir, readParticipantState, writeParticipantState} from '../../src/storage/participant-store.js'
+import {EMPTY_SHA256, encodeManifest, participantDir, readParticipantState, sortFindDuplicates, writeParticipantState} from '../../src/storage/participant-store.js'
 import {pyDumps} from '../../src/storage/pyjson.js'
 import {tempDir} from '../helpers/tmp.js'
 
@@ -174,5 +174,38 @@ describe('readParticipantState: every invalid_checkpoint_state case', () => {
     await writeFile(path.join(dir, 'records.jsonl'), body)
     await writeFile(path.join(dir, 'manifest.json'), JSON.stringify({schema_version: 1, kind: 'environment', instance: 'env', checkpoint_id: 'c', records_file: 'records.jsonl', records_sha256: sha, record_count: 2}))
     expect((await read(dir)).keys).toEqual(['a', 'b'])
+  })
+})
+
+describe('readParticipantState: the offline-only checks (within)', () => {
+  it("a restore (no within) reads a records file whose name is not its digest, as Gym's does; verify (within) refuses it", async () => {
+    const root = await tempDir()
+    const m = await writeParticipantState(opts(root), [line('r1')])
+    const dir = participantDir(root, 'environment', 'env')
+    const wrong = `records-${'f'.repeat(64)}.jsonl`
+    await rename(path.join(dir, m.records_file), path.join(dir, wrong))
+    await writeFile(path.join(dir, 'manifest.json'), encodeManifest({...m, records_file: wrong}))
+    expect((await readParticipantState(dir, {kind: 'environment', instance: 'env'})).keys).toEqual(['r1'])
+    await expect(readParticipantState(dir, {kind: 'environment', instance: 'env', within: root})).rejects.toThrow(`is named for sha256 ${'f'.repeat(64)}, but its content`)
+  })
+
+  it('names the symlink that leaves the checkpoint directory and its target', async () => {
+    const root = await tempDir()
+    const m = await writeParticipantState(opts(root), [line('r1')])
+    const dir = participantDir(root, 'environment', 'env')
+    const target = path.join(await realpath(await tempDir()), m.records_file)
+    await rename(path.join(dir, m.records_file), target)
+    await symlink(target, path.join(dir, m.records_file))
+    expect((await readParticipantState(dir)).keys).toEqual(['r1'])
+    await expect(readParticipantState(dir, {within: root})).rejects.toThrow(`${path.join(dir, m.records_file)} is a symlink to ${target}, outside the checkpoint directory ${await realpath(root)}`)
+  })
+})
+
+describe('sortFindDuplicates', () => {
+  it('sorts the keys in place and names each key held more than once, with its count, up to a limit', () => {
+    const keys = ['b', 'a', 'c', 'b', 'a', 'b', 'd', 'e', 'e']
+    expect(sortFindDuplicates(keys, 2)).toEqual({count: 3, first: [{key: 'a', records: 2}, {key: 'b', records: 3}]})
+    expect(keys).toEqual(['a', 'a', 'b', 'b', 'b', 'c', 'd', 'e', 'e'])
+    expect(sortFindDuplicates(['x', 'y'])).toEqual({count: 0, first: []})
   })
 })

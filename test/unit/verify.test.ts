@@ -1,4 +1,4 @@
-import {mkdir, readFile, rm, writeFile} from 'node:fs/promises'
+import {mkdir, readFile, realpath, rename, rm, symlink, writeFile} from 'node:fs/promises'
 import path from 'node:path'
 
 import {describe, expect, it} from 'vitest'
@@ -64,13 +64,20 @@ describe('verifyCheckpoint', () => {
     expect(r.problems[0]).toMatchObject({severity: 'error', where: envDir, message: expect.stringMatching(/does not match its manifest digest/)})
   })
 
-  it('records outside the commit scope are errors; continued episodes with no record are warnings', async () => {
+  it('records outside the commit scope are not an error: counted per participant, and the report says a restore skips them', async () => {
     const {root} = await make({continued: [['b', 1], ['c', 0]]})
     const r = await verifyCheckpoint(root)
-    expect(r.ok).toBe(false)
-    expect(r.problems.map((p) => p.message)).toEqual(
-      expect.arrayContaining([expect.stringMatching(/records outside the commit scope: a$/), expect.stringMatching(/1 continued episode\(s\) have no record .*: c$/)]),
-    )
+    expect(r.problems.filter((p) => p.severity === 'error')).toEqual([])
+    expect(r.ok).toBe(true)
+    expect(r.participants.map((p) => [p.instance, p.records, p.inScope, p.outsideScope, p.scopeWithoutRecord])).toEqual([
+      ['env', 2, 1, 1, 1],
+      ['policy', 1, 0, 1, 2],
+    ])
+    expect(r.problems.filter((p) => p.severity === 'info').map((p) => p.message)).toEqual([
+      '1 record(s) outside the commit scope: a; a restore skips them and installs only the 1 in scope',
+      '1 record(s) outside the commit scope: a; a restore skips them and installs only the 0 in scope',
+    ])
+    expect(r.problems.find((p) => p.severity === 'warning')!.message).toMatch(/1 continued episode\(s\) have no record .*: c$/)
     expect(r.uncovered).toEqual(['c'])
   })
 
@@ -109,5 +116,87 @@ describe('verifyCheckpoint', () => {
     await expect(verifyCheckpoint(root)).rejects.toThrow(/neither a checkpoint root/)
     await writeFile(path.join(root, 'LATEST'), '../etc')
     await expect(verifyCheckpoint(root)).rejects.toThrow(/names no valid checkpoint ID/)
+  })
+})
+
+describe('verifyCheckpoint: what only an offline check refuses', () => {
+  const agentDir = (dir: string) => path.join(dir, 'gym', 'agent', 'agent')
+  const errors = <P extends {severity: string}>(r: {problems: P[]}) => r.problems.filter((p) => p.severity === 'error')
+  const manifestOf = async (d: string) => JSON.parse(await readFile(path.join(d, 'manifest.json'), 'utf8')) as {records_file: string; records_sha256: string}
+
+  it('duplicate records of one episode in a records file, naming the episodes and the directory', async () => {
+    const {dir} = await make({records: {'agent/agent': [rec('a'), rec('b', 1), rec('a'), rec('c'), rec('a'), rec('c')]}, continued: [['a', 0], ['b', 1], ['c', 0]]})
+    const r = await verifyCheckpoint(dir)
+    expect(r.ok).toBe(false)
+    const m = await manifestOf(agentDir(dir))
+    expect(errors(r)).toEqual([{severity: 'error', where: agentDir(dir), message: `${m.records_file} holds more than one record of 2 episodes 'a' (3 records), 'c' (2 records): a restore would install one episode twice`}])
+    expect(r.participants[0]).toMatchObject({ok: false, records: 6, inScope: 6, outsideScope: 0, scopeWithoutRecord: 0})
+  })
+
+  it('a participant directory that is a symlink leaving the checkpoint directory, naming the link and its target', async () => {
+    const {dir} = await make({records: {'agent/agent': [rec('a')]}, continued: [['a', 0]]})
+    const outside = path.join(await realpath(await tempDir()), 'agent')
+    await rename(agentDir(dir), outside)
+    await symlink(outside, agentDir(dir))
+    const r = await verifyCheckpoint(dir)
+    expect(r.ok).toBe(false)
+    expect(errors(r)).toEqual([{severity: 'error', where: agentDir(dir), message: `${agentDir(dir)} is a symlink to ${outside}, outside the checkpoint directory ${await realpath(dir)}`}])
+    // Nothing outside was read.
+    expect(r.participants[0]).toMatchObject({ok: false, records: 0})
+  })
+
+  it('a gym/<kind> directory that is a symlink leaving the checkpoint directory is named too', async () => {
+    const {dir} = await make({records: {'agent/agent': [rec('a')]}, continued: [['a', 0]]})
+    const outside = path.join(await realpath(await tempDir()), 'agent-kind')
+    await rename(path.join(dir, 'gym', 'agent'), outside)
+    await symlink(outside, path.join(dir, 'gym', 'agent'))
+    const r = await verifyCheckpoint(dir)
+    expect(errors(r).map((p) => p.message)).toEqual([`${path.join(dir, 'gym', 'agent')} is a symlink to ${outside}, outside the checkpoint directory ${await realpath(dir)}`])
+  })
+
+  it('a manifest or records file that is a symlink leaving the checkpoint directory, naming the link and its target', async () => {
+    for (const which of ['manifest', 'records'] as const) {
+      const {dir} = await make({records: {'agent/agent': [rec('a')]}, continued: [['a', 0]]})
+      const m = await manifestOf(agentDir(dir))
+      const link = path.join(agentDir(dir), which === 'manifest' ? 'manifest.json' : m.records_file)
+      const target = path.join(await realpath(await tempDir()), path.basename(link))
+      await rename(link, target)
+      await symlink(target, link)
+      const r = await verifyCheckpoint(dir)
+      expect(errors(r), which).toEqual([{severity: 'error', where: agentDir(dir), message: `${link} is a symlink to ${target}, outside the checkpoint directory ${await realpath(dir)}`}])
+    }
+  })
+
+  it('symlinks that stay inside the checkpoint directory are accepted', async () => {
+    const {dir} = await make({records: {'agent/agent': [rec('a')]}, continued: [['a', 0]]})
+    const moved = path.join(dir, 'elsewhere', 'agent')
+    await mkdir(path.dirname(moved))
+    await rename(agentDir(dir), moved)
+    await symlink(moved, agentDir(dir))
+    const r = await verifyCheckpoint(dir)
+    expect(r.problems).toEqual([])
+    expect(r.participants[0]).toMatchObject({ok: true, records: 1, inScope: 1})
+  })
+
+  it('a records file whose name disagrees with its sha256 is an error naming the file', async () => {
+    const {dir} = await make({records: {'agent/agent': [rec('a')]}, continued: [['a', 0]], gymCollection: true})
+    const d = agentDir(dir)
+    const m = await manifestOf(d)
+    const wrong = `records-${'0'.repeat(64)}.jsonl`
+    await rename(path.join(d, m.records_file), path.join(d, wrong))
+    // The manifest names the renamed file and still holds the content's digest.
+    await writeFile(path.join(d, 'manifest.json'), JSON.stringify({...m, records_file: wrong}))
+    const r = await verifyCheckpoint(dir)
+    expect(r.ok).toBe(false)
+    expect(errors(r)).toEqual([{severity: 'error', where: d, message: `${path.join(d, wrong)} is named for sha256 ${'0'.repeat(64)}, but its content and its manifest's records_sha256 are ${m.records_sha256}`}])
+  })
+
+  it("a records file named for its manifest's digest but holding other bytes is an error", async () => {
+    const {dir} = await make({records: {'agent/agent': [rec('a')]}, continued: [['a', 0]]})
+    const d = agentDir(dir)
+    const m = await manifestOf(d)
+    await writeFile(path.join(d, m.records_file), rec('a', 0).replace('NaN', 'Infinity') + '\n')
+    const r = await verifyCheckpoint(dir)
+    expect(errors(r).map((p) => p.message)).toEqual([`${path.join(d, m.records_file)} does not match its manifest digest`])
   })
 })
