@@ -1,10 +1,9 @@
 import {Flags} from '@oclif/core'
 
 import {BaseCommand, EXIT_CODES_HELP, fleetFlags, timeoutFlag} from '../cli/base.js'
-import {readLines} from '../cli/inputs.js'
+import {parseCheckpointIdFlag, parseRolloutFlags, readRolloutIds} from '../cli/inputs.js'
 import {ControllerError} from '../coordination/errors.js'
 import {forget} from '../coordination/operations.js'
-import {RolloutIdSchema} from '../protocol/episode.js'
 
 export default class Forget extends BaseCommand<typeof Forget> {
   static override summary = 'Drop the retire marks of rollouts that are done for good.'
@@ -20,14 +19,12 @@ again, for every rollout retired or restored. Same order and phase rules as reti
   }
 
   async run() {
-    const ids = [...(this.flags.rollout ?? []), ...(this.flags.rollouts ? await readLines(this.flags.rollouts, 'rollouts file') : [])]
+    // Every input is checked before the fleet is contacted: exit 2 means nothing was sent.
+    const id = parseCheckpointIdFlag(this.flags.id)
+    const ids = [...parseRolloutFlags(this.flags.rollout ?? []), ...(this.flags.rollouts ? await readRolloutIds(this.flags.rollouts) : [])]
     if (ids.length === 0) throw new ControllerError('input', 'nothing to forget: pass --rollout or --rollouts')
-    for (const id of ids) {
-      const r = RolloutIdSchema.safeParse(id)
-      if (!r.success) throw new ControllerError('input', `rollout '${id}': ${r.error.issues[0]?.message}`)
-    }
     const {coordinator} = await this.connect()
-    const n = await forget(coordinator, this.flags.id, ids, Date.now() / 1000 + this.flags.timeout)
+    const n = await forget(coordinator, id, ids, Date.now() / 1000 + this.flags.timeout)
     if (!this.jsonEnabled()) this.log(`forgot ${n} rollout(s) on ${coordinator.participants.length} participant(s)`)
     return {forgotten: n, participants: coordinator.participants.length}
   }

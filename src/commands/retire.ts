@@ -1,7 +1,7 @@
 import {Flags} from '@oclif/core'
 
 import {BaseCommand, EXIT_CODES_HELP, fleetFlags, timeoutFlag} from '../cli/base.js'
-import {parseEpisodeFlags, readEpisodes} from '../cli/inputs.js'
+import {parseCheckpointIdFlag, parseEpisodeFlags, readEpisodes} from '../cli/inputs.js'
 import {ControllerError} from '../coordination/errors.js'
 import {retire} from '../coordination/operations.js'
 
@@ -20,10 +20,12 @@ a late request of a retired attempt gets 409 stale_attempt. Sent in batches of 1
   }
 
   async run() {
+    // Every input is checked before the fleet is contacted: exit 2 means nothing was sent.
+    const id = parseCheckpointIdFlag(this.flags.id)
     const episodes = [...parseEpisodeFlags(this.flags.episode ?? []), ...(this.flags.episodes ? await readEpisodes(this.flags.episodes) : [])]
     if (episodes.length === 0) throw new ControllerError('input', 'nothing to retire: pass --episode or --episodes')
     const {coordinator} = await this.connect()
-    const n = await retire(coordinator, this.flags.id, episodes, Date.now() / 1000 + this.flags.timeout)
+    const n = await retire(coordinator, id, episodes, Date.now() / 1000 + this.flags.timeout)
     if (!this.jsonEnabled()) this.log(`retired ${n} attempt(s) on ${coordinator.participants.length} participant(s)`)
     return {retired: n, participants: coordinator.participants.length}
   }

@@ -72,28 +72,130 @@ export function sortedKeys(episodes: Iterable<EpisodeId>): string[] {
   return [...new Set([...episodes].map(captureKey))].sort()
 }
 
+/** The largest attempt an operator may name (int32): anything larger is a typo, not a real retry count. */
+export const MAX_ATTEMPT = 2 ** 31 - 1
+/** Quoted input is cut to this many characters: a 24 MB line is never echoed whole. */
+export const QUOTE_MAX = 200
+
+// C0/C1 controls, line/paragraph separators, bidi overrides and BOM: shown escaped so a quoted
+// input cannot move the cursor, recolour or reorder the operator's terminal.
+const UNSAFE_CHAR = /[\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069\ufeff]/
+
 /**
- * Parses one line of an episodes file: a capture key (`r`, `r-a2`), `rollout@attempt`, or a JSON
- * object `{"rollout_id": …, "attempt": …}`.
+ * Input as an error message shows it: control characters escaped, cut to about `max` characters
+ * (never inside a surrogate pair) with the full length named. quoteInput adds the quotes.
+ */
+export function clipInput(s: string, max = QUOTE_MAX): string {
+  const [body, rest] = clip(s, max)
+  return body + rest
+}
+
+/** Input quoted for an error message: `'…'`, clipped and escaped as clipInput does. */
+export function quoteInput(s: string, max = QUOTE_MAX): string {
+  const [body, rest] = clip(s, max)
+  return `'${body}'${rest}`
+}
+
+const NAMED_ESCAPES: Record<string, string> = {'\n': '\\n', '\r': '\\r', '\t': '\\t'}
+
+function clip(s: string, max: number): [body: string, rest: string] {
+  let out = ''
+  let i = 0
+  while (i < s.length && out.length < max) {
+    const cp = s.codePointAt(i)!
+    const ch = String.fromCodePoint(cp)
+    if (UNSAFE_CHAR.test(ch)) out += NAMED_ESCAPES[ch] ?? (cp <= 0xff ? `\\x${cp.toString(16).padStart(2, '0')}` : `\\u${cp.toString(16).padStart(4, '0')}`)
+    else out += ch
+    i += ch.length
+  }
+  return i < s.length ? [`${out}…`, ` (${s.length} characters in all)`] : [out, '']
+}
+
+/** Why `id` is not a rollout ID an operator may name (Gym's pattern, no -a<N> suffix), or null. */
+export function rolloutIdProblem(id: string): string | null {
+  if (id === '') return 'the rollout ID is empty'
+  if (!SAFE_ID_PATTERN.test(id)) return 'a rollout ID must match ^[A-Za-z0-9][A-Za-z0-9._-]*$'
+  if (RESERVED_SUFFIX.test(id)) return 'a rollout ID must not end with the reserved attempt suffix -a<N>'
+  return null
+}
+
+function typeName(v: unknown): string {
+  if (v === null) return 'null'
+  if (Array.isArray(v)) return 'an array'
+  return typeof v === 'object' ? 'an object' : `a ${typeof v}`
+}
+
+function checkedAttempt(n: number, shown: string): number {
+  if (n > MAX_ATTEMPT) throw new InvalidEpisodeError(`${shown}: attempt ${n} is beyond the largest attempt, ${MAX_ATTEMPT}`)
+  return n
+}
+
+function checkedRollout(id: string, shown: string, named: boolean): string {
+  const problem = rolloutIdProblem(id)
+  if (problem) throw new InvalidEpisodeError(named ? `${shown}: rollout ID ${quoteInput(id)}: ${problem}` : `${shown}: ${problem}`)
+  return id
+}
+
+const EPISODE_KEYS = new Set(['rollout_id', 'attempt'])
+
+/** An episode object as an operator writes it; `shown` is how the error messages quote it. */
+function parseEpisodeObject(raw: object, shown: string): EpisodeId {
+  const not = (why: string) => new InvalidEpisodeError(`${shown}: not an episode: ${why}`)
+  const obj = raw as Record<string, unknown>
+  const unknown = Object.keys(obj).filter((k) => !EPISODE_KEYS.has(k))
+  if (unknown.length) throw not(`unknown key ${quoteInput(unknown[0]!)} (an episode object has only "rollout_id" and "attempt")`)
+  if (!('rollout_id' in obj)) throw not('"rollout_id" is missing')
+  const id = obj.rollout_id
+  if (typeof id !== 'string') throw not(`"rollout_id" must be a string, not ${typeName(id)}`)
+  const problem = rolloutIdProblem(id)
+  if (problem) throw not(`rollout_id ${quoteInput(id)}: ${problem}`)
+  const a = obj.attempt === undefined ? 0 : obj.attempt
+  if (typeof a !== 'number') throw not(`"attempt" must be a non-negative integer, not ${typeName(a)}`)
+  if (!Number.isInteger(a) || a < 0) throw not(`"attempt" must be a non-negative integer, not ${a}`)
+  return {rolloutId: id, attempt: checkedAttempt(a, shown)}
+}
+
+/**
+ * Parses one episode as an operator names it: a line of an episodes file or an `--episode` value.
+ * A capture key (`r`, `r-a2`), `rollout@attempt`, or a JSON object `{"rollout_id": …, "attempt": …}`
+ * on one line. Messages start with the quoted (and clipped) input.
  */
 export function parseEpisodeToken(token: string): EpisodeId {
   const t = token.trim()
+  const shown = quoteInput(t)
+  if (t === '') throw new InvalidEpisodeError(`${shown}: an empty episode`)
   if (t.startsWith('{')) {
     let raw: unknown
     try {
       raw = JSON.parse(t)
-    } catch {
-      throw new InvalidEpisodeError(`'${t}' is not valid JSON`)
+    } catch (err) {
+      throw new InvalidEpisodeError(`${shown}: not valid JSON (${clipInput((err as Error).message)}); an episode object must fit on one line`)
     }
-    const parsed = EpisodeIdWire.safeParse(raw)
-    if (!parsed.success) throw new InvalidEpisodeError(`'${t}' is not an episode: ${parsed.error.issues[0]?.message}`)
-    return fromWire(parsed.data)
+    return parseEpisodeObject(raw as object, shown)
   }
   const at = t.lastIndexOf('@')
-  if (at > 0) {
+  if (at >= 0) {
     const attempt = t.slice(at + 1)
-    if (!/^(0|[1-9][0-9]*)$/.test(attempt)) throw new InvalidEpisodeError(`'${t}': attempt '${attempt}' is not a non-negative integer`)
-    return episode(t.slice(0, at), Number(attempt))
+    if (!/^(0|[1-9][0-9]*)$/.test(attempt)) {
+      const why = /^[0-9]+$/.test(attempt) ? 'has a leading zero' : 'is not a non-negative integer'
+      throw new InvalidEpisodeError(`${shown}: attempt ${quoteInput(attempt)} ${why}`)
+    }
+    return {rolloutId: checkedRollout(t.slice(0, at), shown, true), attempt: checkedAttempt(Number(attempt), shown)}
   }
-  return fromCaptureKey(t)
+  const m = RESERVED_SUFFIX.exec(t)
+  if (m) return {rolloutId: checkedRollout(t.slice(0, m.index), shown, true), attempt: checkedAttempt(Number(m[1]), shown)}
+  return {rolloutId: checkedRollout(t, shown, false), attempt: 0}
+}
+
+/**
+ * Parses one item of a JSON array of episodes: a string in any form parseEpisodeToken takes
+ * except an embedded JSON object, or an episode object. Everything else is refused.
+ */
+export function parseEpisodeValue(v: unknown): EpisodeId {
+  if (typeof v === 'string') {
+    if (v.trim().startsWith('{')) throw new InvalidEpisodeError(`${quoteInput(v)}: a JSON object inside a string; write the object itself`)
+    return parseEpisodeToken(v)
+  }
+  if (v !== null && typeof v === 'object' && !Array.isArray(v)) return parseEpisodeObject(v, quoteInput(JSON.stringify(v)))
+  throw new InvalidEpisodeError(`${quoteInput(String(JSON.stringify(v)))}: not an episode: expected a string (r, r-a2 or r@2) or an object {"rollout_id", "attempt"}, not ${typeName(v)}`)
 }

@@ -1,8 +1,8 @@
-import {lstat, readdir, rm} from 'node:fs/promises'
+import {lstat, readdir, rm, stat} from 'node:fs/promises'
 import path from 'node:path'
 
 import {CheckpointStateError} from './errors.js'
-import {CONTROLLER_MANIFEST, GYM_COLLECTION_MANIFEST, LATEST_FILE, readCheckpointSummary, readLatest} from './root.js'
+import {CONTROLLER_MANIFEST, GYM_COLLECTION_MANIFEST, LATEST_FILE, describeFsError, readCheckpointSummary, readLatest} from './root.js'
 
 export interface PruneEntry {
   name: string
@@ -29,19 +29,35 @@ const STALE_TEMP_MS = 10 * 60_000
  */
 export async function planPrune(root: string, keep: number, now = Date.now()): Promise<PrunePlan> {
   const abs = path.resolve(root)
+  let rootStat
+  try {
+    rootStat = await stat(abs)
+  } catch (err) {
+    throw new CheckpointStateError(`checkpoint root ${abs}: ${describeFsError(err)}`)
+  }
+  if (!rootStat.isDirectory()) throw new CheckpointStateError(`checkpoint root ${abs} is not a directory`)
+  // A LATEST that cannot be read fails the prune: without it, the published checkpoint is unknown.
   const latest = await readLatest(abs)
   let names: string[]
   try {
     names = await readdir(abs)
   } catch (err) {
-    throw new CheckpointStateError(`cannot read checkpoint root ${abs}: ${(err as Error).message}`)
+    throw new CheckpointStateError(`cannot list checkpoint root ${abs}: ${describeFsError(err)}`)
   }
   const plan: PrunePlan = {root: abs, latest, keep: [], remove: []}
   const published: {name: string; createdAt: number}[] = []
   const unpublished: {name: string; mtimeMs: number}[] = []
   for (const name of names.sort()) {
     const p = path.join(abs, name)
-    const st = await lstat(p)
+    let st
+    try {
+      st = await lstat(p)
+    } catch (err) {
+      // Gone since the listing (another prune, say): nothing to plan for it.
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') continue
+      plan.keep.push({name, path: p, reason: `cannot inspect: ${describeFsError(err)}`})
+      continue
+    }
     if (st.isSymbolicLink()) {
       plan.keep.push({name, path: p, reason: 'symbolic link'})
       continue
@@ -52,7 +68,13 @@ export async function planPrune(root: string, keep: number, now = Date.now()): P
       continue
     }
     if (!st.isDirectory()) continue
-    const inside = await readdir(p)
+    let inside: string[]
+    try {
+      inside = await readdir(p)
+    } catch (err) {
+      plan.keep.push({name, path: p, reason: `cannot list: ${describeFsError(err)}; inspect it by hand`})
+      continue
+    }
     const isCheckpoint = inside.includes('gym') || inside.includes(CONTROLLER_MANIFEST) || inside.includes(GYM_COLLECTION_MANIFEST)
     if (!isCheckpoint) {
       plan.keep.push({name, path: p, reason: 'not a checkpoint'})
@@ -80,5 +102,11 @@ export async function planPrune(root: string, keep: number, now = Date.now()): P
 }
 
 export async function applyPrune(plan: PrunePlan): Promise<void> {
-  for (const e of plan.remove) await rm(e.path, {recursive: true, force: true})
+  for (const [i, e] of plan.remove.entries()) {
+    try {
+      await rm(e.path, {recursive: true, force: true})
+    } catch (err) {
+      throw new CheckpointStateError(`could not remove ${e.path} (${i} of ${plan.remove.length} removed before it): ${describeFsError(err)}`)
+    }
+  }
 }

@@ -1,8 +1,9 @@
-import {readFile, readdir, stat} from 'node:fs/promises'
+import {isUtf8} from 'node:buffer'
+import {lstat, readFile, readdir, stat} from 'node:fs/promises'
 import path from 'node:path'
 import {z} from 'zod'
 
-import {EpisodeIdWire, SAFE_ID_PATTERN} from '../protocol/episode.js'
+import {EpisodeIdWire, SAFE_ID_PATTERN, clipInput, quoteInput} from '../protocol/episode.js'
 import {ParticipantManifest} from '../protocol/wire.js'
 import {CheckpointStateError} from './errors.js'
 import {createExclusive, fsyncDir, replaceAtomic} from './fsutil.js'
@@ -63,31 +64,59 @@ export async function publishLatest(root: string, checkpointId: string): Promise
   await replaceAtomic(path.join(root, LATEST_FILE), checkpointId)
 }
 
-export async function readLatest(root: string): Promise<string | null> {
-  let text: string
+const FS_CAUSES: Record<string, string> = {
+  ENOENT: 'it does not exist',
+  EISDIR: 'it is a directory, not a file',
+  ENOTDIR: 'a part of the path is not a directory',
+  EACCES: 'permission denied',
+  EPERM: 'operation not permitted',
+  ELOOP: 'too many levels of symbolic links',
+  ENAMETOOLONG: 'the name is too long',
+  EMFILE: 'too many open files',
+  EIO: 'an I/O error',
+}
+
+/** The real cause of a file system error in words, with its code: "it is a directory, not a file (EISDIR)". */
+export function describeFsError(err: unknown): string {
+  const code = (err as NodeJS.ErrnoException | undefined)?.code
+  if (code && FS_CAUSES[code]) return `${FS_CAUSES[code]} (${code})`
+  return clipInput(err instanceof Error ? err.message : String(err))
+}
+
+/**
+ * A file's text, or undefined when it does not exist. Any other failure, and bytes that are not
+ * UTF-8, is a CheckpointStateError naming the file and the cause.
+ */
+async function readTextIfExists(file: string): Promise<string | undefined> {
+  let bytes: Buffer
   try {
-    text = await readFile(path.join(root, LATEST_FILE), 'utf8')
+    bytes = await readFile(file)
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null
-    throw err
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined
+    throw new CheckpointStateError(`cannot read ${file}: ${describeFsError(err)}`)
   }
+  if (!isUtf8(bytes)) throw new CheckpointStateError(`${file} is not UTF-8 text`)
+  return bytes.toString('utf8')
+}
+
+/** The checkpoint ID LATEST names (surrounding whitespace, such as echo's newline, ignored), or null when there is no LATEST. */
+export async function readLatest(root: string): Promise<string | null> {
+  const file = path.join(root, LATEST_FILE)
+  const text = await readTextIfExists(file)
+  if (text === undefined) return null
   const id = text.trim()
-  if (!SAFE_ID_PATTERN.test(id)) throw new CheckpointStateError(`${path.join(root, LATEST_FILE)} names no valid checkpoint ID: ${JSON.stringify(text.slice(0, 80))}`)
+  if (!id) throw new CheckpointStateError(`${file} is empty: it names no checkpoint`)
+  if (!SAFE_ID_PATTERN.test(id)) throw new CheckpointStateError(`${file} names no valid checkpoint ID: ${quoteInput(id)}`)
   return id
 }
 
 async function readJsonIfExists(file: string): Promise<unknown | undefined> {
-  let text: string
-  try {
-    text = await readFile(file, 'utf8')
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined
-    throw new CheckpointStateError(`cannot read ${file}: ${(err as Error).message}`)
-  }
+  const text = await readTextIfExists(file)
+  if (text === undefined) return undefined
   try {
     return JSON.parse(text)
-  } catch {
-    throw new CheckpointStateError(`${file} is not JSON`)
+  } catch (err) {
+    throw new CheckpointStateError(`${file} is not JSON (${clipInput((err as Error).message)})`)
   }
 }
 
@@ -130,40 +159,69 @@ export async function resolveCheckpoint(location: string, id?: string): Promise<
   let st
   try {
     st = await stat(abs)
-  } catch {
-    throw new CheckpointStateError(`${abs} does not exist`)
+  } catch (err) {
+    throw new CheckpointStateError(`${abs}: ${describeFsError(err)}`)
   }
-  if (!st.isDirectory()) throw new CheckpointStateError(`${abs} is not a directory`)
+  if (!st.isDirectory()) throw new CheckpointStateError(`${abs} is not a directory: give a checkpoint root (the directory holding ${LATEST_FILE}) or a checkpoint directory`)
   if (id !== undefined) {
-    if (!SAFE_ID_PATTERN.test(id)) throw new CheckpointStateError(`'${id}' is not a valid checkpoint ID`)
+    if (!SAFE_ID_PATTERN.test(id)) throw new CheckpointStateError(`${quoteInput(id)} is not a valid checkpoint ID`)
     return {root: abs, checkpointDir: path.join(abs, id), checkpointId: id}
   }
   const latest = await readLatest(abs)
   if (latest !== null) return {root: abs, checkpointDir: path.join(abs, latest), checkpointId: latest}
-  const entries = await readdir(abs)
+  const entries = await listDir(abs, 'checkpoint directory')
   if (entries.includes('gym') || entries.includes(CONTROLLER_MANIFEST) || entries.includes(GYM_COLLECTION_MANIFEST)) {
     return {root: null, checkpointDir: abs, checkpointId: path.basename(abs)}
   }
   throw new CheckpointStateError(`${abs} is neither a checkpoint root (no ${LATEST_FILE}) nor a checkpoint directory (no gym/ or manifest)`)
 }
 
-/** Lists gym/<kind>/<instance> participant directories of a checkpoint directory. */
+async function listDir(dir: string, what: string): Promise<string[]> {
+  try {
+    return await readdir(dir)
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code
+    if (code === 'ENOTDIR') throw new CheckpointStateError(`${what} ${dir} is not a directory`)
+    throw new CheckpointStateError(`cannot list ${what} ${dir}: ${describeFsError(err)}`)
+  }
+}
+
+async function isDirectory(p: string): Promise<boolean> {
+  try {
+    return (await stat(p)).isDirectory()
+  } catch (err) {
+    // Listed a moment ago, so ENOENT here is almost always a symbolic link to nothing.
+    const dangling = (err as NodeJS.ErrnoException).code === 'ENOENT' && (await lstat(p).then((st) => st.isSymbolicLink(), () => false))
+    throw new CheckpointStateError(dangling ? `${p} is a symbolic link to a path that does not exist` : `cannot read ${p}: ${describeFsError(err)}`)
+  }
+}
+
+/**
+ * Lists gym/<kind>/<instance> participant directories of a checkpoint directory. A missing gym/
+ * is no participants; a gym/ that is not a directory, or anything unreadable, is an error. Stray
+ * files among the kinds and instances are skipped.
+ */
 export async function listParticipantDirs(checkpointDir: string): Promise<{kind: string; instance: string; dir: string}[]> {
   const gym = path.join(checkpointDir, 'gym')
   let kinds: string[]
   try {
     kinds = await readdir(gym)
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return []
-    throw new CheckpointStateError(`cannot read ${gym}: ${(err as Error).message}`)
+    const code = (err as NodeJS.ErrnoException).code
+    if (code === 'ENOENT') return []
+    if (code === 'ENOTDIR') {
+      if (!(await isDirectory(checkpointDir))) throw new CheckpointStateError(`checkpoint directory ${checkpointDir} is not a directory`)
+      throw new CheckpointStateError(`${gym} is not a directory: it must hold one directory per participant kind`)
+    }
+    throw new CheckpointStateError(`cannot list ${gym}: ${describeFsError(err)}`)
   }
   const out: {kind: string; instance: string; dir: string}[] = []
   for (const kind of kinds.sort()) {
     const kdir = path.join(gym, kind)
-    if (!(await stat(kdir)).isDirectory()) continue
-    for (const instance of (await readdir(kdir)).sort()) {
+    if (!(await isDirectory(kdir))) continue
+    for (const instance of (await listDir(kdir, 'participant kind directory')).sort()) {
       const dir = path.join(kdir, instance)
-      if ((await stat(dir)).isDirectory()) out.push({kind, instance, dir})
+      if (await isDirectory(dir)) out.push({kind, instance, dir})
     }
   }
   return out
