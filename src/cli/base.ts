@@ -117,6 +117,7 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
       name = 'internal'
     }
     process.exitCode = code
+    err.message = oneLine(err.message)
     const next = err instanceof ControllerError ? err.next.map((s) => this.nextLine(s)) : []
     if (this.jsonEnabled()) {
       this.logJson({ok: false, error: {code: name, exit_code: code, message: err.message, ...(details === undefined ? {} : {details}), ...(next.length ? {next} : {})}})
@@ -132,6 +133,18 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
     await this.client?.close()
     await super.finally(err)
   }
+}
+
+/** oclif's flag errors span lines ('Parsing --id', a tab, the cause, a help hint): one line, flag first. */
+export function oneLine(message: string): string {
+  const lines = message
+    .split('\n')
+    .map((l) => l.trim())
+    .filter((l) => l && !/^See more help with/.test(l))
+  const head = /^Parsing (--[\w-]+)$/.exec(lines[0] ?? '')
+  if (!head) return lines.join(' ')
+  const rest = lines.slice(1).join(' ')
+  return rest.startsWith(head[1]!) ? rest : `${head[1]}: ${rest}`
 }
 
 export const EXIT_CODES_HELP = `EXIT CODES\n${exitCodeHelp()}`

@@ -1,5 +1,7 @@
 import {Flags} from '@oclif/core'
 
+import {parseCheckpointIdFlag} from './inputs.js'
+
 /** setTimeout fires at once (with a warning) past 2^31-1 ms: every duration stays well below it. */
 export const MAX_TIMER_MS = 2 ** 31 - 1
 /** The largest bound a seconds flag may have: room for the 5 s reply grace and more under MAX_TIMER_MS. */
@@ -29,3 +31,9 @@ export function seconds(opts: {summary: string; default: number; max: number; mi
     helpGroup: opts.helpGroup,
   })
 }
+
+/**
+ * A checkpoint ID flag, checked as Gym checks it when the flags are parsed: a bad one exits 2
+ * before the command runs, so nothing is sent.
+ */
+export const checkpointId = Flags.custom<string>({parse: async (v: string) => parseCheckpointIdFlag(v)})

@@ -1,7 +1,7 @@
 import {Flags} from '@oclif/core'
 
 import {BaseCommand, EXIT_CODES_HELP, fleetFlags, timeoutFlag} from '../cli/base.js'
-import {seconds} from '../cli/flags.js'
+import {checkpointId, seconds} from '../cli/flags.js'
 import {readEpisodes} from '../cli/inputs.js'
 import {commitJson, keys, note, warn} from '../cli/output.js'
 import {withProgress} from '../cli/progress.js'
@@ -20,7 +20,7 @@ is resumed before the command exits. Leases are renewed while it runs. Progress 
   static override flags = {
     ...fleetFlags,
     root: Flags.string({summary: 'Checkpoint root; the checkpoint goes to ROOT/ID.', required: true}),
-    id: Flags.string({summary: 'Checkpoint ID (default: a new ckpt-<time>-<hex>).'}),
+    id: checkpointId({summary: 'Checkpoint ID (default: a new ckpt-<time>-<hex>).'}),
     episodes: Flags.string({summary: "File of the episodes the controller continues ('-' for stdin); default: no scope."}),
     timeout: timeoutFlag,
     'renew-every': seconds({summary: 'Seconds between lease renewals while the checkpoint runs.', default: 60, max: 3600}),

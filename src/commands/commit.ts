@@ -1,9 +1,10 @@
 import {Flags} from '@oclif/core'
 
+import {checkpointId} from '../cli/flags.js'
 import {BaseCommand, EXIT_CODES_HELP, fleetFlags, timeoutFlag} from '../cli/base.js'
 import {readEpisodes} from '../cli/inputs.js'
 import {commitJson, keys, note, warn} from '../cli/output.js'
-import {afterClose, closeCheckpoint, commitAndPublish, openCheckpoints} from '../coordination/controller.js'
+import {afterClose, checkRoot, closeCheckpoint, commitAndPublish, openCheckpoints} from '../coordination/controller.js'
 import {DiscoveredParticipant} from '../coordination/discover.js'
 import {ControllerError, CoordinationError, failureMessage, nextStep} from '../coordination/errors.js'
 import {restartsOf} from '../coordination/operations.js'
@@ -24,7 +25,7 @@ Episodes: one per line as r, r-a2, r@2 or {"rollout_id":"r","attempt":2}; or a J
   static override flags = {
     ...fleetFlags,
     root: Flags.string({summary: 'Checkpoint root; the checkpoint goes to ROOT/ID.', required: true}),
-    id: Flags.string({summary: 'Checkpoint ID (default: the one every participant is prepared under).'}),
+    id: checkpointId({summary: 'Checkpoint ID (default: the one every participant is prepared under).'}),
     episodes: Flags.string({summary: "File of the episodes the controller continues ('-' for stdin)."}),
     'no-publish': Flags.boolean({summary: 'Commit only; write neither gymckpt.json nor LATEST.'}),
     timeout: timeoutFlag,
@@ -32,6 +33,7 @@ Episodes: one per line as r, r-a2, r@2 or {"rollout_id":"r","attempt":2}; or a J
 
   async run() {
     const episodes = this.flags.episodes ? await readEpisodes(this.flags.episodes) : null
+    await checkRoot(this.flags.root)
     // Tolerant: a member that died since prepare must not leave the others closed.
     const {coordinator, discovery} = await this.connect(undefined, {tolerant: true})
     const id = this.checkpointToCommit(discovery.participants)

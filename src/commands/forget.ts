@@ -1,7 +1,8 @@
 import {Flags} from '@oclif/core'
 
+import {checkpointId} from '../cli/flags.js'
 import {BaseCommand, EXIT_CODES_HELP, fleetFlags, timeoutFlag} from '../cli/base.js'
-import {parseCheckpointIdFlag, parseRolloutFlags, readRolloutIds} from '../cli/inputs.js'
+import {parseRolloutFlags, readRolloutIds} from '../cli/inputs.js'
 import {ControllerError} from '../coordination/errors.js'
 import {forget} from '../coordination/operations.js'
 
@@ -14,13 +15,13 @@ again, for every rollout retired or restored. Same order and phase rules as reti
     ...fleetFlags,
     rollout: Flags.string({summary: 'A rollout ID (no attempt suffix); repeatable.', multiple: true}),
     rollouts: Flags.string({summary: "File of rollout IDs, one per line ('-' for stdin)."}),
-    id: Flags.string({summary: 'Checkpoint ID sent with the call.', default: 'forget'}),
+    id: checkpointId({summary: 'Checkpoint ID sent with the call.', default: 'forget'}),
     timeout: timeoutFlag,
   }
 
   async run() {
     // Every input is checked before the fleet is contacted: exit 2 means nothing was sent.
-    const id = parseCheckpointIdFlag(this.flags.id)
+    const id = this.flags.id
     const ids = [...parseRolloutFlags(this.flags.rollout ?? []), ...(this.flags.rollouts ? await readRolloutIds(this.flags.rollouts) : [])]
     if (ids.length === 0) throw new ControllerError('input', 'nothing to forget: pass --rollout or --rollouts')
     const {coordinator} = await this.connect()

@@ -1,8 +1,9 @@
 import {Flags} from '@oclif/core'
 
+import {checkpointId} from '../cli/flags.js'
 import {BaseCommand, EXIT_CODES_HELP, fleetFlags, timeoutFlag} from '../cli/base.js'
 import {keys, note} from '../cli/output.js'
-import {prepareOrAbort} from '../coordination/controller.js'
+import {checkRoot, prepareOrAbort} from '../coordination/controller.js'
 import {nextStep} from '../coordination/errors.js'
 import {newCheckpointId} from '../coordination/runs.js'
 
@@ -14,13 +15,14 @@ closed until 'commit' and 'resume'; leases end deadline + grace (Gym: 600 s) aft
   static override examples = ['ID=$(<%= config.bin %> prepare --fleet fleet.yaml --json | jq -r .checkpoint_id)', '<%= config.bin %> prepare --head http://head:11000 --id ckpt-nightly-7 --timeout 120']
   static override flags = {
     ...fleetFlags,
-    id: Flags.string({summary: 'Checkpoint ID (default: a new ckpt-<time>-<hex>). Never reuse a resumed ID.'}),
+    id: checkpointId({summary: 'Checkpoint ID (default: a new ckpt-<time>-<hex>). Never reuse a resumed ID.'}),
     timeout: timeoutFlag,
     'keep-closed': Flags.boolean({summary: 'When prepare misses its deadline, leave the fleet closed for inspection.'}),
     root: Flags.string({summary: 'Checkpoint root the commit will write to; only used to print the exact commit command.'}),
   }
 
   async run() {
+    if (this.flags.root) await checkRoot(this.flags.root)
     const {coordinator} = await this.connect()
     const id = this.flags.id ?? newCheckpointId()
     const deadlineTs = Date.now() / 1000 + this.flags.timeout

@@ -1,5 +1,4 @@
-import {Flags} from '@oclif/core'
-
+import {checkpointId} from '../cli/flags.js'
 import {BaseCommand, EXIT_CODES_HELP, fleetFlags, timeoutFlag} from '../cli/base.js'
 import {renew} from '../coordination/operations.js'
 
@@ -8,7 +7,7 @@ export default class Renew extends BaseCommand<typeof Renew> {
   static override description = `Leases end at deadline + grace; renew when publishing takes longer than expected. A lease
 never moves earlier.\n\n${EXIT_CODES_HELP}`
   static override examples = ['<%= config.bin %> renew --fleet fleet.yaml --id ckpt-20261202T120000-1a2b3c4d --timeout 900']
-  static override flags = {...fleetFlags, id: Flags.string({summary: 'The open checkpoint.', required: true}), timeout: timeoutFlag}
+  static override flags = {...fleetFlags, id: checkpointId({summary: 'The open checkpoint.', required: true}), timeout: timeoutFlag}
 
   async run() {
     const {coordinator} = await this.connect()

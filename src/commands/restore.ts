@@ -1,5 +1,6 @@
 import {Args, Flags} from '@oclif/core'
 
+import {checkpointId} from '../cli/flags.js'
 import {BaseCommand, EXIT_CODES_HELP, fleetFlags, timeoutFlag} from '../cli/base.js'
 import {episodesJson, keys, note, table} from '../cli/output.js'
 import {ControllerError, CoordinationError, nextStep} from '../coordination/errors.js'
@@ -21,7 +22,7 @@ continued episode next at attempt + 1; start restarts over from input at attempt
   static override args = {location: Args.string({description: 'Checkpoint root (LATEST is followed) or checkpoint directory.', required: true})}
   static override flags = {
     ...fleetFlags,
-    id: Flags.string({summary: 'Checkpoint ID under the root (default: LATEST).'}),
+    id: checkpointId({summary: 'Checkpoint ID under the root (default: LATEST).'}),
     'dry-run': Flags.boolean({summary: 'Run the preflight and show what the restore would do; send nothing.'}),
     'no-resume': Flags.boolean({summary: 'Leave the restored fleet closed; resume it yourself with the restore ID.', aliases: ['keep-closed']}),
     'skip-verify': Flags.boolean({summary: 'Skip the offline verification (the fleet preflight still runs).'}),

@@ -1,5 +1,4 @@
-import {Flags} from '@oclif/core'
-
+import {checkpointId} from '../cli/flags.js'
 import {BaseCommand, EXIT_CODES_HELP, fleetFlags, timeoutFlag} from '../cli/base.js'
 import {note, warn} from '../cli/output.js'
 import {openCheckpoints} from '../coordination/controller.js'
@@ -13,7 +12,7 @@ Without --id, resumes the checkpoint or restore the participants report as activ
 that are down are reported (exit 3) after every reachable one was resumed; they reopen by
 themselves when their lease expires.\n\n${EXIT_CODES_HELP}`
   static override examples = ['<%= config.bin %> resume --fleet fleet.yaml --id ckpt-20261202T120000-1a2b3c4d', '<%= config.bin %> resume --head http://head:11000']
-  static override flags = {...fleetFlags, id: Flags.string({summary: 'Checkpoint or restore ID to resume.'}), timeout: timeoutFlag}
+  static override flags = {...fleetFlags, id: checkpointId({summary: 'Checkpoint or restore ID to resume.'}), timeout: timeoutFlag}
 
   async run() {
     // A member that is down must not keep the others closed: resume whoever answers.

@@ -1,7 +1,8 @@
 import {Flags} from '@oclif/core'
 
+import {checkpointId} from '../cli/flags.js'
 import {BaseCommand, EXIT_CODES_HELP, fleetFlags, timeoutFlag} from '../cli/base.js'
-import {parseCheckpointIdFlag, parseEpisodeFlags, readEpisodes} from '../cli/inputs.js'
+import {parseEpisodeFlags, readEpisodes} from '../cli/inputs.js'
 import {ControllerError} from '../coordination/errors.js'
 import {retire} from '../coordination/operations.js'
 
@@ -15,13 +16,13 @@ a late request of a retired attempt gets 409 stale_attempt. Sent in batches of 1
     ...fleetFlags,
     episode: Flags.string({summary: 'An attempt to retire (r, r-a2 or r@2); repeatable.', multiple: true}),
     episodes: Flags.string({summary: "File of attempts ('-' for stdin)."}),
-    id: Flags.string({summary: 'Checkpoint ID sent with the call (a restored fleet needs its restore ID).', default: 'retire'}),
+    id: checkpointId({summary: 'Checkpoint ID sent with the call (a restored fleet needs its restore ID).', default: 'retire'}),
     timeout: timeoutFlag,
   }
 
   async run() {
     // Every input is checked before the fleet is contacted: exit 2 means nothing was sent.
-    const id = parseCheckpointIdFlag(this.flags.id)
+    const id = this.flags.id
     const episodes = [...parseEpisodeFlags(this.flags.episode ?? []), ...(this.flags.episodes ? await readEpisodes(this.flags.episodes) : [])]
     if (episodes.length === 0) throw new ControllerError('input', 'nothing to retire: pass --episode or --episodes')
     const {coordinator} = await this.connect()

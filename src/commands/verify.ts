@@ -1,6 +1,7 @@
-import {Args, Flags} from '@oclif/core'
+import {Args} from '@oclif/core'
 import color from 'ansis'
 
+import {checkpointId} from '../cli/flags.js'
 import {BaseCommand, EXIT_CODES_HELP} from '../cli/base.js'
 import {note, table} from '../cli/output.js'
 import {ControllerError} from '../coordination/errors.js'
@@ -20,7 +21,7 @@ are verified and skipped, SCOPE_WITHOUT_RECORD counts scope episodes the partici
 for. Exit 6 on any error.\n\n${EXIT_CODES_HELP}`
   static override examples = ['<%= config.bin %> verify /shared/ckpt', '<%= config.bin %> verify /shared/ckpt --id ckpt-20261202T120000-1a2b3c4d --json']
   static override args = {location: Args.string({description: 'Checkpoint root or checkpoint directory.', required: true})}
-  static override flags = {id: Flags.string({summary: 'Checkpoint ID under the root (default: LATEST).'})}
+  static override flags = {id: checkpointId({summary: 'Checkpoint ID under the root (default: LATEST).'})}
 
   async run() {
     let report

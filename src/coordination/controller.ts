@@ -4,7 +4,9 @@ import path from 'node:path'
 import {EpisodeId, captureKey, fromCaptureKey, toWire} from '../protocol/episode.js'
 import {CommitReply, StatusReply} from '../protocol/wire.js'
 import {CheckpointStateError} from '../storage/errors.js'
-import {ControllerManifest, FORMAT_VERSION, publishLatest, writeControllerManifest} from '../storage/root.js'
+import {probeWritableDir} from '../storage/fsutil.js'
+import {verifyCheckpoint} from '../storage/verify.js'
+import {ControllerManifest, FORMAT_VERSION, describeFsError, publishLatest, writeControllerManifest} from '../storage/root.js'
 import {ControllerError, CoordinationError, NextStep, ParticipantFailure, failureMessage, nextStep} from './errors.js'
 import {Coordinator, PrepareResult, continuedOf, commit, prepare, renew, resume, statusAll} from './operations.js'
 import {RunTracker, newCheckpointId} from './runs.js'
@@ -158,6 +160,21 @@ export interface CommitOutcome {
 }
 
 /**
+ * Checks a checkpoint root before anything is sent: not empty, a directory (created if missing)
+ * in which this process can create files. Exit 2 then means nothing was sent, with the real cause.
+ */
+export async function checkRoot(root: string): Promise<string> {
+  if (!root.trim()) throw new ControllerError('input', 'the checkpoint root is empty: pass --root DIR; nothing was sent')
+  const abs = path.resolve(root)
+  try {
+    await probeWritableDir(abs)
+  } catch (err) {
+    throw new ControllerError('input', `checkpoint root ${abs} cannot hold checkpoints: ${describeFsError(err)}; nothing was sent`)
+  }
+  return abs
+}
+
+/**
  * Commits everywhere at once with scope = continued(episodes), waits for /run replies already on
  * the wire, then writes the controller manifest and publishes LATEST: only after every commit
  * succeeded.
@@ -167,7 +184,7 @@ export async function commitAndPublish(c: Coordinator, plan: CommitPlan): Promis
   try {
     await mkdir(checkpointDir, {recursive: true})
   } catch (err) {
-    throw new ControllerError('input', `cannot create checkpoint directory ${checkpointDir}: ${(err as Error).message}`)
+    throw new ControllerError('invalid_checkpoint', `cannot create checkpoint directory ${checkpointDir}: ${describeFsError(err)}`)
   }
   const scope = plan.episodes ? continuedOf(plan.episodes, plan.restarts) : null
   const replies = await commit(c, plan.checkpointId, checkpointDir, scope, plan.deadlineTs)
@@ -195,10 +212,26 @@ export async function commitAndPublish(c: Coordinator, plan: CommitPlan): Promis
     if (plan.controllerState) manifest.controller_state = plan.controllerState()
     try {
       await writeControllerManifest(checkpointDir, manifest)
-      await publishLatest(path.resolve(plan.root), plan.checkpointId)
     } catch (err) {
       if (err instanceof CheckpointStateError) throw new ControllerError('invalid_checkpoint', err.message)
-      throw new ControllerError('invalid_checkpoint', `cannot publish ${checkpointDir}: ${(err as Error).message}`)
+      throw new ControllerError('invalid_checkpoint', `cannot write the controller manifest of ${checkpointDir}: ${describeFsError(err)}; LATEST was not moved`)
+    }
+    // The publish gate: LATEST moves only to a checkpoint that passes what restore checks.
+    const verify = await verifyCheckpoint(checkpointDir, {expect: c.participants.map((p) => ({kind: p.kind, instance: p.instance, server: p.server}))}).catch((err: unknown) => {
+      if (err instanceof CheckpointStateError) return err
+      throw err
+    })
+    const errors = verify instanceof CheckpointStateError ? [verify.message] : verify.problems.filter((p) => p.severity === 'error').map((p) => `${p.where}: ${p.message}`)
+    if (errors.length) {
+      throw new ControllerError('invalid_checkpoint', `checkpoint ${checkpointDir} was committed but does not verify, so it was not published (LATEST is unchanged): ${errors.join('; ')}`, {
+        checkpoint_dir: checkpointDir,
+        problems: errors,
+      })
+    }
+    try {
+      await publishLatest(path.resolve(plan.root), plan.checkpointId)
+    } catch (err) {
+      throw new ControllerError('invalid_checkpoint', `cannot publish ${checkpointDir}: replacing ${path.join(path.resolve(plan.root), 'LATEST')} failed: ${describeFsError(err)}`)
     }
   }
   return {checkpointId: plan.checkpointId, checkpointDir, continued, restarted, replies, awaitedRuns, published: publish}
@@ -233,6 +266,7 @@ export async function checkpoint(c: Coordinator, opts: CheckpointOptions): Promi
   const id = opts.checkpointId ?? newCheckpointId()
   const deadlineTs = Date.now() / 1000 + timeoutS
   const phase = opts.onPhase ?? (() => {})
+  await checkRoot(opts.root)
   phase('prepare', 'start')
   // prepareOrAbort resumes by itself when prepare does not succeed.
   const prep = await prepareOrAbort(c, id, deadlineTs, {keepClosed: opts.keepClosedOnBlockers, log}).catch((err: unknown) => {

@@ -3,6 +3,7 @@ import {Agent, request} from 'undici'
 import {parse as parseYaml} from 'yaml'
 import {z} from 'zod'
 
+import {SAFE_ID_PATTERN, clipInput} from '../protocol/episode.js'
 import {KINDS, Kind, StatusReply} from '../protocol/wire.js'
 import {ControlClient, ServerRef, describeTransportError, isConnectionFailure} from './client.js'
 import {ControllerError, CoordinationError, ParticipantFailure} from './errors.js'
@@ -151,6 +152,12 @@ export interface DiscoverOptions {
 
 export const KIND_ORDER: readonly Kind[] = KINDS
 
+/** A kind or instance name that is one safe directory name (the protocol's ID rule). */
+export function isSafeComponent(name: string): boolean {
+  return name.length <= 128 && SAFE_ID_PATTERN.test(name)
+}
+
+
 export function sortParticipants<T extends {kind: Kind; server: string}>(ps: T[]): T[] {
   return [...ps].sort((a, b) => KIND_ORDER.indexOf(a.kind) - KIND_ORDER.indexOf(b.kind) || a.server.localeCompare(b.server))
 }
@@ -176,9 +183,14 @@ export async function discover(client: ControlClient, servers: ServerRef[], opts
         const r = left > 0 ? await client.status(s, left, opts.signal) : {ok: false as const, failure: {server: s.name, status: null, code: 'timeout', message: ''}}
         if (r.ok) {
           const kind = r.reply.kind
+          const instance = r.reply.instance
           if (!(KINDS as readonly string[]).includes(kind)) {
-            failures.push({server: s.name, status: 200, code: 'unknown_kind', message: `unknown participant kind '${kind}'`})
-          } else participants.push({server: s.name, url: s.url, kind: kind as Kind, instance: r.reply.instance, status: r.reply})
+            failures.push({server: s.name, status: 200, code: 'unknown_kind', message: `unknown participant kind '${clipInput(kind)}'`})
+          } else if (!isSafeComponent(instance)) {
+            // The instance names the participant's directory under the checkpoint: '../x' or 'a/b'
+            // would put its files outside it (Gym's store refuses such names too, section 7.1).
+            failures.push({server: s.name, status: 200, code: 'unsafe_instance', message: `instance '${clipInput(instance)}' is not a safe path component (${SAFE_ID_PATTERN.source}, at most 128 characters)`})
+          } else participants.push({server: s.name, url: s.url, kind: kind as Kind, instance, status: r.reply})
           return
         }
         const f = r.failure
@@ -194,6 +206,14 @@ export async function discover(client: ControlClient, servers: ServerRef[], opts
       }
     }),
   )
+  // Two participants of one kind and instance would write into one directory.
+  const byDir = new Map<string, string>()
+  for (const p of sortParticipants(participants)) {
+    const dir = `${p.kind}/${p.instance}`
+    const first = byDir.get(dir)
+    if (first) failures.push({server: p.server, status: 200, code: 'duplicate_instance', message: `reports ${dir}, as ${first} does: both would write gym/${dir}`})
+    else byDir.set(dir, p.server)
+  }
   if (!participants.some((p) => p.kind === 'model') && !failures.some((f) => f.code !== 'unknown_kind')) {
     failures.push({server: 'deployment', status: null, code: 'no_model', message: 'no policy model takes part in checkpoints'})
   }

@@ -1,6 +1,6 @@
 import {randomBytes} from 'node:crypto'
 import {constants} from 'node:fs'
-import {link, open, rename, unlink} from 'node:fs/promises'
+import {link, mkdir, open, rename, stat, unlink} from 'node:fs/promises'
 import path from 'node:path'
 
 export function tempName(dir: string, base: string): string {
@@ -71,4 +71,21 @@ export async function replaceAtomic(target: string, data: string | Uint8Array): 
     throw err
   }
   await fsyncDir(dir)
+}
+
+/**
+ * Makes sure `dir` is (or can be made) a directory this process can create files in: creates it
+ * and its parents, then creates and removes a probe file. Throws with the real cause.
+ */
+export async function probeWritableDir(dir: string): Promise<void> {
+  const st = await stat(dir).catch((err: NodeJS.ErrnoException) => {
+    if (err.code === 'ENOENT') return null
+    throw err
+  })
+  if (st && !st.isDirectory()) throw Object.assign(new Error('it is not a directory'), {code: 'EEXIST'})
+  if (!st) await mkdir(dir, {recursive: true})
+  const probe = tempName(dir, 'gymckpt-probe')
+  const fh = await open(probe, 'wx')
+  await fh.close()
+  await unlink(probe)
 }

@@ -74,6 +74,10 @@ const FS_CAUSES: Record<string, string> = {
   ENAMETOOLONG: 'the name is too long',
   EMFILE: 'too many open files',
   EIO: 'an I/O error',
+  EROFS: 'the file system is read-only',
+  ENOSPC: 'no space left on the device',
+  EDQUOT: 'the disk quota is exceeded',
+  EEXIST: 'it exists and is not a directory',
 }
 
 /** The real cause of a file system error in words, with its code: "it is a directory, not a file (EISDIR)". */

@@ -78,12 +78,12 @@ describe('bad input: exit 2, a message naming what and where, nothing sent, no s
       cli([...args, '--probe-timeout', '3601'], {timeoutMs: SLOW}),
       cli(['retire', '--help'], {timeoutMs: SLOW}),
     ])
-    refusedInput(huge, 'Parsing --timeout')
+    refusedInput(huge, '--timeout: Expected')
     expect(huge.json.error.message).toContain('Expected an integer less than or equal to 86400 but received: 99999999999')
     expect(huge.stderr).not.toContain('TimeoutOverflowWarning')
-    refusedInput(zero, 'Parsing --timeout')
+    refusedInput(zero, '--timeout: Expected')
     expect(zero.json.error.message).toContain('greater than or equal to 1')
-    refusedInput(probe, 'Parsing --probe-timeout')
+    refusedInput(probe, '--probe-timeout: Expected')
     expect(probe.json.error.message).toContain('less than or equal to 3600')
     expect(help.code).toBe(0)
     expect(help.stdout).toContain('1 to 86400 (1 day)')

@@ -1,0 +1,134 @@
+import {execFileSync} from 'node:child_process'
+import {mkdir, readFile, readdir, writeFile} from 'node:fs/promises'
+import http from 'node:http'
+import {AddressInfo} from 'node:net'
+import path from 'node:path'
+
+import {describe, expect, it} from 'vitest'
+
+import {ControlClient} from '../../src/coordination/client.js'
+import {checkRoot, checkpoint} from '../../src/coordination/controller.js'
+import {discover} from '../../src/coordination/discover.js'
+import {ControllerError, CoordinationError} from '../../src/coordination/errors.js'
+import {FULL, TOKEN, coordinatorFor, later, startFleet, startServer} from '../helpers/fleet.js'
+import {tempDir} from '../helpers/tmp.js'
+
+/** Nothing from outside is trusted as a path: names from participants, the root, the ID. */
+
+describe('names a participant reports', () => {
+  it('an instance that is not a safe path component fails discovery for that server, naming it', async () => {
+    const bad = await startServer('../../escape', 'environment')
+    const slash = await startServer('a/b', 'agent')
+    const model = await startServer('policy', 'model')
+    const client = new ControlClient({token: TOKEN})
+    later(() => client.close())
+    const err = await discover(client, [
+      {name: 'env', url: bad.url},
+      {name: 'agent', url: slash.url},
+      {name: 'policy', url: model.url},
+    ]).catch((e: unknown) => e)
+    expect(err).toBeInstanceOf(CoordinationError)
+    expect((err as CoordinationError).code).toBe('discovery')
+    expect((err as CoordinationError).failures.map((f) => [f.server, f.code])).toEqual([
+      ['agent', 'unsafe_instance'],
+      ['env', 'unsafe_instance'],
+    ])
+    expect((err as Error).message).toContain("env: HTTP 200 unsafe_instance instance '../../escape' is not a safe path component")
+  })
+
+  it('two participants of one kind reporting one instance fail discovery: both would write one directory', async () => {
+    const a = await startServer('shared', 'agent')
+    const b = await startServer('shared', 'agent')
+    const model = await startServer('policy', 'model')
+    const client = new ControlClient({token: TOKEN})
+    later(() => client.close())
+    const err = await discover(client, [
+      {name: 'agent1', url: a.url},
+      {name: 'agent2', url: b.url},
+      {name: 'policy', url: model.url},
+    ]).catch((e: unknown) => e)
+    expect((err as CoordinationError).failures).toEqual([expect.objectContaining({server: 'agent2', code: 'duplicate_instance', message: 'reports agent/shared, as agent1 does: both would write gym/agent/shared'})])
+  })
+})
+
+describe('the checkpoint root is checked before anything is sent', () => {
+  it('refuses an empty root, a root that is a file, and a path under a file, with the real cause', async () => {
+    const dir = await tempDir()
+    const file = path.join(dir, 'file')
+    await writeFile(file, 'x')
+    const why = async (root: string) => (await checkRoot(root).catch((e: unknown) => e)) as ControllerError
+    expect((await why('')).message).toBe('the checkpoint root is empty: pass --root DIR; nothing was sent')
+    expect((await why(file)).message).toBe(`checkpoint root ${file} cannot hold checkpoints: it exists and is not a directory (EEXIST); nothing was sent`)
+    expect((await why(path.join(file, 'sub'))).code).toBe('input')
+    expect((await why(path.join(file, 'sub'))).message).toMatch(/not a directory \(ENOTDIR\)/)
+    // A missing root is created; nothing is left behind by the probe.
+    const fresh = path.join(dir, 'new', 'root')
+    expect(await checkRoot(fresh)).toBe(fresh)
+    expect(await readdir(fresh)).toEqual([])
+  })
+
+  it('a read-only root fails a checkpoint with exit code input and EROFS, before any prepare', async () => {
+    const ro = path.join(await tempDir(), 'ro')
+    await mkdir(ro)
+    const fleet = await startFleet({members: FULL})
+    const c = await coordinatorFor(fleet)
+    execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=64k,ro', 'tmpfs', ro])
+    let err: ControllerError
+    try {
+      err = (await checkpoint(c, {root: ro, timeoutS: 5}).catch((e: unknown) => e)) as ControllerError
+    } finally {
+      execFileSync('umount', [ro])
+    }
+    expect(err.code).toBe('input')
+    expect(err.message).toBe(`checkpoint root ${ro} cannot hold checkpoints: the file system is read-only (EROFS); nothing was sent`)
+    expect(fleet.servers.flatMap((s) => s.journal.map((j) => j.route)).filter((r) => r !== 'status')).toEqual([])
+  })
+})
+
+describe('the publish gate', () => {
+  it('a checkpoint that does not verify is not published: LATEST keeps its value, the error names the directory', async () => {
+    const fleet = await startFleet({members: FULL})
+    const c = await coordinatorFor(fleet)
+    const root = await tempDir()
+    const good = await checkpoint(c, {root, timeoutS: 5, episodes: []})
+    expect((await readFile(path.join(root, 'LATEST'), 'utf8')).trim()).toBe(good.checkpointId)
+    // A participant that replies to commit with a manifest it never wrote.
+    const liar = await fakeParticipant('resources', 'liar', (dir) => ({
+      phase: 'committed',
+      manifest: {schema_version: 1, kind: 'resources', instance: 'liar', checkpoint_id: path.basename(dir), records_file: `records-${'0'.repeat(64)}.jsonl`, records_sha256: '0'.repeat(64), record_count: 0},
+      episode_ids: [],
+    }))
+    const withLiar = {...c, participants: [...c.participants, {server: 'liar', url: liar, kind: 'resources' as const, instance: 'liar'}]}
+    const err = (await checkpoint(withLiar, {root, timeoutS: 5, episodes: []}).catch((e: unknown) => e)) as ControllerError
+    expect(err.code).toBe('invalid_checkpoint')
+    expect(err.message).toMatch(/was committed but does not verify, so it was not published \(LATEST is unchanged\)/)
+    expect(err.message).toContain('participant liar committed but its directory is missing')
+    expect((await readFile(path.join(root, 'LATEST'), 'utf8')).trim()).toBe(good.checkpointId)
+  })
+})
+
+/** A participant that answers every control call, and commit with `commitReply(checkpointDir)`. */
+async function fakeParticipant(kind: string, instance: string, commitReply: (dir: string) => unknown): Promise<string> {
+  const server = http.createServer((req, res) => {
+    let body = ''
+    req.on('data', (d) => (body += d))
+    req.on('end', () => {
+      const op = (req.url ?? '').split('/').pop()
+      const report = {ready: true, blockers: [], blocker_count: 0, counts: {}, restarts: []}
+      const reply =
+        op === 'status'
+          ? {kind, instance, phase: 'idle', checkpoint_id: null, lease_expires_at: null, retired_rollouts: 0, report}
+          : op === 'prepare'
+            ? {phase: 'prepared', report}
+            : op === 'commit'
+              ? commitReply(JSON.parse(body).checkpoint_dir)
+              : op === 'resume'
+                ? {phase: 'idle', idempotent: false}
+                : {lease_expires_at: 0}
+      res.writeHead(200, {'content-type': 'application/json'}).end(JSON.stringify(reply))
+    })
+  })
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r))
+  later(() => new Promise((r) => server.close(r)))
+  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+}
