@@ -59,7 +59,14 @@ export async function runDemo(opts: DemoOptions = {}): Promise<DemoReport> {
   const root = opts.root ?? (await mkdtemp(path.join(os.tmpdir(), 'gymckpt-demo-')))
   // The rehearsal fleet lives in this process only; its token never leaves it.
   const token = randomBytes(16).toString('hex')
-  const tasks: Task[] = Array.from({length: n}, (_, i) => ({rolloutId: `demo-${i}`, input: `task ${i}: ${'x'.repeat(i % 7)}`, steps: i % 4 === 3 ? 2 : steps + (i % 3), restart: i < nRestarts}))
+  // Restarts keep running through a checkpoint instead of parking: they are long enough not to
+  // finish during one, so the rehearsal always has restarts to start over.
+  const tasks: Task[] = Array.from({length: n}, (_, i) => ({
+    rolloutId: `demo-${i}`,
+    input: `task ${i}: ${'x'.repeat(i % 7)}`,
+    steps: i < nRestarts ? steps * 4 : i % 4 === 3 ? 2 : steps + (i % 3),
+    restart: i < nRestarts,
+  }))
   const run = (fleet: Fleet, t: Task, attempt: number) => fleet.run({rolloutId: t.rolloutId, attempt, input: t.input, steps: t.steps, stepMs, restart: t.restart})
   const t0 = Date.now()
 
@@ -106,7 +113,13 @@ export async function runDemo(opts: DemoOptions = {}): Promise<DemoReport> {
     // would turn into a checkpoint before the first boundary).
     const env = fleetB.environments[0]!.participant as SimEnvironment
     const until = Date.now() + 30_000
-    while ([...env.episodes.values()].filter((e) => (e.boundary?.step ?? 0) >= Math.min(2, steps - 1)).length < Math.ceil(n / 2) && Date.now() < until) {
+    // The restart-only episodes become restarts at their first step: wait for that too, so a
+    // loaded machine does not checkpoint one as an ordinary episode without a boundary.
+    const restartKeys = tasks.filter((t) => t.restart).map((t) => t.rolloutId)
+    const ready = () =>
+      [...env.episodes.values()].filter((e) => (e.boundary?.step ?? 0) >= Math.min(2, steps - 1)).length >= Math.ceil(n / 2) &&
+      restartKeys.every((k) => env.episodes.get(k)?.restart !== false)
+    while (!ready() && Date.now() < until) {
       await new Promise((r) => setTimeout(r, stepMs / 2))
     }
     const tCk = Date.now()
