@@ -58,6 +58,7 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
       for (const sig of ['SIGINT', 'SIGTERM'] as const) {
         const h = () => {
           if (this.abort.signal.aborted) process.exit(EXIT.interrupted)
+          if (this.onFirstSignal(sig)) return
           process.stderr.write(`\n${sig}: stopping cleanly (send again to exit at once)\n`)
           this.abort.abort(new ControllerError('interrupted', `interrupted by ${sig}`))
         }
@@ -66,6 +67,14 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
       }
     }
     return this.abort.signal
+  }
+
+  /**
+   * A command that turns the first SIGINT/SIGTERM into something gentler than an abort (collect
+   * checkpoints, then stops) handles it here and returns true; the next signal aborts.
+   */
+  protected onFirstSignal(_sig: NodeJS.Signals): boolean {
+    return false
   }
 
   protected fleetSource(flags: {head?: string; server?: string[]; fleet?: string}): FleetSource {

@@ -11,6 +11,7 @@ export const EXIT = {
   invalid_checkpoint: 6,
   unauthorized: 7,
   fleet_state: 8,
+  preempted: 75,
   interrupted: 130,
 } as const satisfies Record<ControllerErrorCode | 'ok' | 'internal', number>
 
@@ -24,6 +25,7 @@ export const EXIT_DESCRIPTIONS: Record<keyof typeof EXIT, string> = {
   invalid_checkpoint: 'the checkpoint on disk is invalid or could not be written',
   unauthorized: 'a participant refused the control token',
   fleet_state: 'the fleet is not in the state the operation needs (e.g. restore into servers holding live work); nothing was sent',
+  preempted: 'collect stopped on SIGTERM/SIGINT after publishing a checkpoint; continue with collect --resume (EX_TEMPFAIL)',
   interrupted: 'interrupted by SIGINT/SIGTERM; the fleet was resumed',
 }
 

@@ -37,3 +37,14 @@ export function seconds(opts: {summary: string; default: number; max: number; mi
  * before the command runs, so nothing is sent.
  */
 export const checkpointId = Flags.custom<string>({parse: async (v: string) => parseCheckpointIdFlag(v)})
+
+/** `90`, `90s`, `5m`, `1h` as seconds; `0` or `off` as null (never). */
+export function parseDuration(v: string, flag: string, max: number): number | null {
+  const t = v.trim().toLowerCase()
+  if (t === 'off' || t === '0') return null
+  const m = /^(\d+(?:\.\d+)?)(ms|s|m|h)?$/.exec(t)
+  if (!m) throw new Error(`${flag} ${JSON.stringify(v.slice(0, 50))}: expected a duration such as 90, 90s, 5m, 1h, or off`)
+  const s = Number(m[1]) * ({ms: 0.001, s: 1, m: 60, h: 3600} as Record<string, number>)[m[2] ?? 's']!
+  if (s < 1 || s > max) throw new Error(`${flag} ${v}: a duration from 1 s to ${max} s`)
+  return s
+}

@@ -15,7 +15,10 @@ import {sleep} from './util.js'
 const MAX_BODY = 64 << 20
 
 export const RunBodySchema = z.object({
-  _ng_rollout_id: RolloutIdSchema,
+  /** Explicit, or derived as Gym derives it: `<_ng_task_index>-<_ng_rollout_index>`. */
+  _ng_rollout_id: RolloutIdSchema.optional(),
+  _ng_task_index: z.number().int().min(0).optional(),
+  _ng_rollout_index: z.number().int().min(0).optional(),
   _ng_attempt_index: z.number().int().min(0).default(0),
   input: z.string().default(''),
   steps: z.number().int().min(1).max(100_000).default(3),
@@ -149,8 +152,10 @@ export class ParticipantServer {
     if (path === '/run' && req.method === 'POST' && p instanceof SimEnvironment) {
       const parsed = parseJson(body, RunBodySchema)
       if (parsed instanceof HttpReply) return parsed
+      const rolloutId = parsed._ng_rollout_id ?? (parsed._ng_task_index !== undefined && parsed._ng_rollout_index !== undefined ? `${parsed._ng_task_index}-${parsed._ng_rollout_index}` : null)
+      if (rolloutId === null) return new HttpReply(400, {error: {code: 'rollout_id_required', detail: 'a /run body needs _ng_rollout_id, or _ng_task_index and _ng_rollout_index'}})
       const result = await p.run({
-        rollout_id: parsed._ng_rollout_id,
+        rollout_id: rolloutId,
         attempt: parsed._ng_attempt_index,
         input: parsed.input,
         steps: parsed.steps,

@@ -4,6 +4,7 @@ import path from 'node:path'
 import {EpisodeId, captureKey, fromCaptureKey, toWire} from '../protocol/episode.js'
 import {CommitReply, StatusReply} from '../protocol/wire.js'
 import {CheckpointStateError} from '../storage/errors.js'
+import {writeCollectionManifest} from '../storage/collector.js'
 import {probeWritableDir} from '../storage/fsutil.js'
 import {verifyCheckpoint} from '../storage/verify.js'
 import {ControllerManifest, FORMAT_VERSION, describeFsError, publishLatest, writeControllerManifest} from '../storage/root.js'
@@ -146,6 +147,8 @@ export interface CommitPlan {
   controllerState?: () => unknown
   /** Write gymckpt.json and replace LATEST (default true). */
   publish?: boolean
+  /** Also write Gym's collection.json with this run ID (a rollout collection's checkpoint). */
+  collectionRunId?: string
 }
 
 export interface CommitOutcome {
@@ -216,6 +219,11 @@ export async function commitAndPublish(c: Coordinator, plan: CommitPlan): Promis
       if (err instanceof CheckpointStateError) throw new ControllerError('invalid_checkpoint', err.message)
       throw new ControllerError('invalid_checkpoint', `cannot write the controller manifest of ${checkpointDir}: ${describeFsError(err)}; LATEST was not moved`)
     }
+    if (plan.collectionRunId) {
+      await writeCollectionManifest(checkpointDir, {checkpoint_id: plan.checkpointId, run_id: plan.collectionRunId, created_at: manifest.created_at, continued: manifest.continued, restarted: manifest.restarted}).catch((err: unknown) => {
+        throw new ControllerError('invalid_checkpoint', `cannot write ${path.join(checkpointDir, 'collection.json')}: ${describeFsError(err)}; LATEST was not moved`)
+      })
+    }
     // The publish gate: LATEST moves only to a checkpoint that passes what restore checks.
     const verify = await verifyCheckpoint(checkpointDir, {expect: c.participants.map((p) => ({kind: p.kind, instance: p.instance, server: p.server}))}).catch((err: unknown) => {
       if (err instanceof CheckpointStateError) return err
@@ -245,6 +253,8 @@ export interface CheckpointOptions {
   episodes?: EpisodeId[] | null
   tracker?: RunTracker
   controllerState?: () => unknown
+  /** Also write Gym's collection.json with this run ID. */
+  collectionRunId?: string
   renewEveryMs?: number
   /** Leave the fleet closed when prepare misses its deadline (to inspect it). */
   keepClosedOnBlockers?: boolean
@@ -280,7 +290,7 @@ export async function checkpoint(c: Coordinator, opts: CheckpointOptions): Promi
   try {
     phase('commit', 'start')
     const episodes = opts.episodes !== undefined ? opts.episodes : opts.tracker ? opts.tracker.candidates() : null
-    outcome = await commitAndPublish(c, {checkpointId: id, root: opts.root, episodes, restarts: prep.restarts(), deadlineTs, tracker: opts.tracker, controllerState: opts.controllerState})
+    outcome = await commitAndPublish(c, {checkpointId: id, root: opts.root, episodes, restarts: prep.restarts(), deadlineTs, tracker: opts.tracker, controllerState: opts.controllerState, collectionRunId: opts.collectionRunId})
     phase('commit', 'done')
   } catch (err) {
     phase('commit', 'failed')

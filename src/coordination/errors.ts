@@ -7,6 +7,7 @@ export type ControllerErrorCode =
   | 'not_prepared' // prepare missed its deadline with blockers
   | 'invalid_checkpoint' // checkpoint state on disk is invalid
   | 'fleet_state' // the fleet is not in a state the operation needs (busy, a checkpoint open)
+  | 'preempted' // collect stopped on SIGTERM/SIGINT after publishing a checkpoint: run it again with --resume
   | 'interrupted' // SIGINT/SIGTERM; the fleet was resumed
 
 /**

@@ -76,6 +76,10 @@ export interface RestoreOptions {
   skipVerify?: boolean
   /** Leave restored participants closed (the caller resumes with the restore ID). */
   keepClosed?: boolean
+  /** Rollouts left out of the restore scope (a collector's finished rows, or rows it starts over). */
+  skipRollouts?: ReadonlySet<string>
+  /** More attempts to retire on the fresh fleet before the restore (a collector's later dispatches). */
+  retireFirst?: EpisodeId[]
   log?: Log
 }
 
@@ -105,7 +109,7 @@ export async function planRestore(c: Coordinator, opts: RestoreOptions): Promise
     ? null
     : await verifyCheckpoint(resolved.checkpointDir, {expect: c.participants.map((p) => ({kind: p.kind, instance: p.instance, server: p.server}))}).catch(asInvalid)
   const summary = await readCheckpointSummary(resolved.checkpointDir).catch(asInvalid)
-  const continued = summary ? summary.continued.map(fromWire) : []
+  const continued = (summary ? summary.continued.map(fromWire) : []).filter((e) => !opts.skipRollouts?.has(e.rolloutId))
   const scope = new Set(continued.map(captureKey))
   const participants = c.participants.map((p): RestorePlanParticipant => {
     const v = verify?.participants.find((d) => d.kind === p.kind && d.instance === p.instance)
@@ -169,8 +173,9 @@ export async function restoreCheckpoint(c: Coordinator, opts: RestoreOptions): P
   assertRestorable(plan)
   const restoreId = newRestoreId()
   const deadlineTs = Date.now() / 1000 + timeoutS
-  if (plan.restarted.length) {
-    await retire(c, restoreId, plan.restarted, deadlineTs).catch((err: unknown) => {
+  const retireFirst = [...plan.restarted, ...(opts.retireFirst ?? [])]
+  if (retireFirst.length) {
+    await retire(c, restoreId, retireFirst, deadlineTs).catch((err: unknown) => {
       if (c.signal?.aborted) throw new ControllerError('interrupted', `interrupted while retiring the restarts before restore '${restoreId}'; nothing was restored`)
       if (err instanceof CoordinationError) throw new CoordinationError('retire', err.failures, `retiring the crashed attempts of restarts before the restore failed; nothing was restored`)
       throw err
