@@ -6,7 +6,7 @@ import {Discovery, FleetSource, discover, parseServerArg, resolveSource} from '.
 import {ControllerError, CoordinationError, NextStep} from '../coordination/errors.js'
 import {Coordinator} from '../coordination/operations.js'
 import {CheckpointStateError} from '../storage/errors.js'
-import {EXIT, exitCodeHelp} from './exit-codes.js'
+import {EXIT, ExitName, exitCodesHelp} from './exit-codes.js'
 import {seconds} from './flags.js'
 import {DEFAULT_TOKEN_ENV, readToken} from './inputs.js'
 import {FleetFlagValues, renderNext} from './next.js'
@@ -31,7 +31,10 @@ export const timeoutFlag = seconds({summary: 'Seconds the operation may take (se
  */
 export abstract class BaseCommand<T extends typeof Command> extends Command {
   static override enableJsonFlag = true
-  static override baseFlags = {}
+  static override baseFlags = {
+    // ansis reads --no-color (and NO_COLOR, FORCE_COLOR) itself; the flag is declared so oclif accepts it.
+    color: Flags.boolean({summary: 'Colour the output (default: on a terminal, unless NO_COLOR is set).', allowNo: true, helpGroup: 'GLOBAL'}),
+  }
 
   protected flags!: BaseFlags<T>
   protected args!: BaseArgs<T>
@@ -156,4 +159,13 @@ export function oneLine(message: string): string {
   return rest.startsWith(head[1]!) ? rest : `${head[1]}: ${rest}`
 }
 
-export const EXIT_CODES_HELP = `EXIT CODES\n${exitCodeHelp()}`
+/** Every code a fleet command can meet on its way: input, discovery, token, interrupt. */
+const FLEET_EXITS: ExitName[] = ['input', 'discovery', 'unauthorized', 'interrupted']
+
+/** The exit codes of a command that talks to the fleet, plus its own. */
+export function fleetExitCodes(...own: ExitName[]): string {
+  return exitCodesHelp(...FLEET_EXITS, ...own)
+}
+
+/** Every exit code (commands whose outcome can be any of them). */
+export const EXIT_CODES_HELP = exitCodesHelp(...(Object.keys(EXIT) as ExitName[]))

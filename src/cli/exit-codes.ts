@@ -29,8 +29,13 @@ export const EXIT_DESCRIPTIONS: Record<keyof typeof EXIT, string> = {
   interrupted: 'interrupted by SIGINT/SIGTERM; the fleet was resumed',
 }
 
-export function exitCodeHelp(): string {
-  return Object.entries(EXIT)
-    .map(([k, v]) => `  ${String(v).padStart(3)}  ${EXIT_DESCRIPTIONS[k as keyof typeof EXIT]}`)
-    .join('\n')
+export type ExitName = keyof typeof EXIT
+
+/** The EXIT CODES section of a command's help: only the codes it can return (0 and 1 always). */
+export function exitCodesHelp(...names: ExitName[]): string {
+  const shown = new Set<ExitName>(['ok', 'internal', ...names])
+  return `EXIT CODES\n${(Object.keys(EXIT) as ExitName[])
+    .filter((k) => shown.has(k))
+    .map((k) => `  ${String(EXIT[k]).padStart(3)}  ${EXIT_DESCRIPTIONS[k]}`)
+    .join('\n')}`
 }

@@ -1,6 +1,6 @@
 import {Flags} from '@oclif/core'
 
-import {BaseCommand, EXIT_CODES_HELP, fleetFlags, timeoutFlag} from '../cli/base.js'
+import {BaseCommand, fleetFlags, timeoutFlag, fleetExitCodes} from '../cli/base.js'
 import {checkpointId, seconds} from '../cli/flags.js'
 import {readEpisodes} from '../cli/inputs.js'
 import {commitJson, keys, note, warn} from '../cli/output.js'
@@ -12,7 +12,7 @@ export default class Checkpoint extends BaseCommand<typeof Checkpoint> {
   static override summary = 'One-shot checkpoint: prepare, commit, publish, resume.'
   static override description = `Prepares in Gym's order, commits continued(episodes) into ROOT/ID, writes gymckpt.json, replaces
 ROOT/LATEST, and resumes. Whatever fails after prepare, and on SIGINT/SIGTERM, every participant
-is resumed before the command exits. Leases are renewed while it runs. Progress goes to stderr.\n\n${EXIT_CODES_HELP}`
+is resumed before the command exits. Leases are renewed while it runs. Progress goes to stderr.\n\n${fleetExitCodes('participant', 'not_prepared', 'invalid_checkpoint', 'fleet_state')}`
   static override examples = [
     '<%= config.bin %> checkpoint --fleet fleet.yaml --root /shared/ckpt --episodes inflight.txt',
     '<%= config.bin %> checkpoint --head http://head:11000 --root /shared/ckpt --json',

@@ -1,7 +1,7 @@
 import {Flags} from '@oclif/core'
 
 import {checkpointId} from '../cli/flags.js'
-import {BaseCommand, EXIT_CODES_HELP, fleetFlags, timeoutFlag} from '../cli/base.js'
+import {BaseCommand, fleetFlags, timeoutFlag, fleetExitCodes} from '../cli/base.js'
 import {readEpisodes} from '../cli/inputs.js'
 import {commitJson, keys, note, warn} from '../cli/output.js'
 import {afterClose, checkRoot, closeCheckpoint, commitAndPublish, openCheckpoints} from '../coordination/controller.js'
@@ -17,7 +17,7 @@ once, then writes ROOT/ID/gymckpt.json and replaces ROOT/LATEST: only after ever
 succeeded. Without --episodes no scope is sent and each participant exports every live episode
 (Gym's policy model refuses that; send the scope when you have it).
 
-Episodes: one per line as r, r-a2, r@2 or {"rollout_id":"r","attempt":2}; or a JSON array.\n\n${EXIT_CODES_HELP}`
+Episodes: one per line as r, r-a2, r@2 or {"rollout_id":"r","attempt":2}; or a JSON array.\n\n${fleetExitCodes('participant', 'invalid_checkpoint', 'fleet_state')}`
   static override examples = [
     '<%= config.bin %> commit --fleet fleet.yaml --root /shared/ckpt --episodes inflight.txt',
     'trainer-inflight | <%= config.bin %> commit --head http://head:11000 --root /shared/ckpt --episodes - --json',

@@ -1,7 +1,8 @@
 import {Flags} from '@oclif/core'
 import color from 'ansis'
 
-import {BaseCommand, EXIT_CODES_HELP} from '../cli/base.js'
+import {BaseCommand} from '../cli/base.js'
+import {exitCodesHelp} from '../cli/exit-codes.js'
 import {note} from '../cli/output.js'
 import {ControllerError} from '../coordination/errors.js'
 import {runDemo} from '../demo/scenario.js'
@@ -12,7 +13,7 @@ export default class Demo extends BaseCommand<typeof Demo> {
 a judge model that takes no part), runs the episodes once uninterrupted, then again with a
 checkpoint while they are in flight, a crash of every server, and a restore into a fresh fleet
 discovered through a head server. Passes only when every episode's result equals the
-uninterrupted run's. Needs no token and no network.\n\n${EXIT_CODES_HELP}`
+uninterrupted run's. Needs no token and no network.\n\n${exitCodesHelp('input', 'participant')}`
   static override examples = ['<%= config.bin %> demo', '<%= config.bin %> demo --episodes 200 --steps 12 --root /tmp/rehearsal --json']
   static override flags = {
     episodes: Flags.integer({summary: 'Episodes to run.', default: 24, min: 1, max: 10_000}),

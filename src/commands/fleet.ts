@@ -3,7 +3,8 @@ import {writeFile} from 'node:fs/promises'
 import {Flags} from '@oclif/core'
 import {stringify} from 'yaml'
 
-import {BaseCommand, EXIT_CODES_HELP} from '../cli/base.js'
+import {BaseCommand} from '../cli/base.js'
+import {exitCodesHelp} from '../cli/exit-codes.js'
 import {DEFAULT_TOKEN_ENV, readToken} from '../cli/inputs.js'
 import {note, table} from '../cli/output.js'
 import {Faults} from '../control-plane/faults.js'
@@ -17,7 +18,7 @@ export default class FleetCmd extends BaseCommand<typeof FleetCmd> {
   static override description = `Starts the participant double (same routes, phases, errors and on-disk format as Gym) for each
 member, plus a head server, and runs until SIGINT/SIGTERM. The token comes from the same place
 as every other command's. Faults: SERVER:ROUTE:TYPE[:ARG][xN] with TYPE status|hang|delay|drop|drop-after,
-e.g. policy_model:commit:status:500 or weather_env:prepare:hang.\n\n${EXIT_CODES_HELP}`
+e.g. policy_model:commit:status:500 or weather_env:prepare:hang.\n\n${exitCodesHelp('input', 'interrupted')}`
   static override examples = [
     'export NEMO_GYM_CHECKPOINT_CONTROL_TOKEN=$(openssl rand -hex 16); <%= config.bin %> fleet --write-fleet fleet.yaml --episodes 20',
     '<%= config.bin %> fleet --member env=environment --member policy=model --fault policy:commit:status:500',

@@ -1,7 +1,7 @@
 import {Flags} from '@oclif/core'
 
 import {checkpointId} from '../cli/flags.js'
-import {BaseCommand, EXIT_CODES_HELP, fleetFlags, timeoutFlag} from '../cli/base.js'
+import {BaseCommand, fleetFlags, timeoutFlag, fleetExitCodes} from '../cli/base.js'
 import {parseRolloutFlags, readRolloutIds} from '../cli/inputs.js'
 import {ControllerError} from '../coordination/errors.js'
 import {forget} from '../coordination/operations.js'
@@ -9,7 +9,7 @@ import {forget} from '../coordination/operations.js'
 export default class Forget extends BaseCommand<typeof Forget> {
   static override summary = 'Drop the retire marks of rollouts that are done for good.'
   static override description = `Call it once nothing of any attempt of a rollout can still run and it will not be dispatched
-again, for every rollout retired or restored. Same order and phase rules as retire.\n\n${EXIT_CODES_HELP}`
+again, for every rollout retired or restored. Same order and phase rules as retire.\n\n${fleetExitCodes('participant')}`
   static override examples = ['<%= config.bin %> forget --fleet fleet.yaml --rollout r7 --rollout r9', '<%= config.bin %> forget --head http://head:11000 --rollouts done.txt']
   static override flags = {
     ...fleetFlags,

@@ -1,7 +1,7 @@
 import {Flags} from '@oclif/core'
 
 import {checkpointId} from '../cli/flags.js'
-import {BaseCommand, EXIT_CODES_HELP, fleetFlags, timeoutFlag} from '../cli/base.js'
+import {BaseCommand, fleetFlags, timeoutFlag, fleetExitCodes} from '../cli/base.js'
 import {keys, note} from '../cli/output.js'
 import {checkRoot, prepareOrAbort} from '../coordination/controller.js'
 import {nextStep} from '../coordination/errors.js'
@@ -11,7 +11,7 @@ export default class Prepare extends BaseCommand<typeof Prepare> {
   static override summary = 'Freeze every participant at a safe boundary (environment, model, agent, resources).'
   static override description = `Stops at the first stage that is not ready by the deadline. Then, unless --keep-closed, every
 participant is resumed again and the blockers are reported (exit 5). On success the fleet stays
-closed until 'commit' and 'resume'; leases end deadline + grace (Gym: 600 s) after the deadline.\n\n${EXIT_CODES_HELP}`
+closed until 'commit' and 'resume'; leases end deadline + grace (Gym: 600 s) after the deadline.\n\n${fleetExitCodes('participant', 'not_prepared', 'fleet_state')}`
   static override examples = ['ID=$(<%= config.bin %> prepare --fleet fleet.yaml --json | jq -r .checkpoint_id)', '<%= config.bin %> prepare --head http://head:11000 --id ckpt-nightly-7 --timeout 120']
   static override flags = {
     ...fleetFlags,

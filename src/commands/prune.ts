@@ -1,6 +1,7 @@
 import {Args, Flags} from '@oclif/core'
 
-import {BaseCommand, EXIT_CODES_HELP} from '../cli/base.js'
+import {BaseCommand} from '../cli/base.js'
+import {exitCodesHelp} from '../cli/exit-codes.js'
 import {note, table} from '../cli/output.js'
 import {ControllerError} from '../coordination/errors.js'
 import {CheckpointStateError} from '../storage/errors.js'
@@ -11,7 +12,7 @@ export default class Prune extends BaseCommand<typeof Prune> {
   static override description = `Keeps the --keep newest published checkpoints and always the one LATEST names. Removes older
 published checkpoints, checkpoint directories that were never published and are older than
 LATEST (a newer one may be a commit in progress), and stale temp files. Leaves anything that is
-not a checkpoint directory, and every symbolic link, alone. Touches no server.\n\n${EXIT_CODES_HELP}`
+not a checkpoint directory, and every symbolic link, alone. Touches no server.\n\n${exitCodesHelp('input', 'invalid_checkpoint')}`
   static override examples = ['<%= config.bin %> prune /shared/ckpt', '<%= config.bin %> prune /shared/ckpt --keep 3 --yes --json']
   static override args = {root: Args.string({description: 'Checkpoint root (the directory holding LATEST).', required: true})}
   static override flags = {

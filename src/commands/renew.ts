@@ -1,11 +1,11 @@
 import {checkpointId} from '../cli/flags.js'
-import {BaseCommand, EXIT_CODES_HELP, fleetFlags, timeoutFlag} from '../cli/base.js'
+import {BaseCommand, fleetFlags, timeoutFlag, fleetExitCodes} from '../cli/base.js'
 import {renew} from '../coordination/operations.js'
 
 export default class Renew extends BaseCommand<typeof Renew> {
   static override summary = 'Extend every participant\'s lease on an open checkpoint.'
   static override description = `Leases end at deadline + grace; renew when publishing takes longer than expected. A lease
-never moves earlier.\n\n${EXIT_CODES_HELP}`
+never moves earlier.\n\n${fleetExitCodes('participant')}`
   static override examples = ['<%= config.bin %> renew --fleet fleet.yaml --id ckpt-20261202T120000-1a2b3c4d --timeout 900']
   static override flags = {...fleetFlags, id: checkpointId({summary: 'The open checkpoint.', required: true}), timeout: timeoutFlag}
 

@@ -1,7 +1,7 @@
 import {Args, Flags} from '@oclif/core'
 
 import {checkpointId} from '../cli/flags.js'
-import {BaseCommand, EXIT_CODES_HELP, fleetFlags, timeoutFlag} from '../cli/base.js'
+import {BaseCommand, fleetFlags, timeoutFlag, fleetExitCodes} from '../cli/base.js'
 import {episodesJson, keys, note, table} from '../cli/output.js'
 import {ControllerError, CoordinationError, nextStep} from '../coordination/errors.js'
 import {RestorePlan, assertRestorable, planRestore, restoreCheckpoint} from '../coordination/restore.js'
@@ -17,7 +17,7 @@ restores at once under a new restore ID, and the fleet is resumed (unless --no-r
 participant fails, each participant that installed state retires exactly what it installed,
 every participant is resumed, and the restore's own error is reported (exit 4). Dispatch each
 continued episode next at attempt + 1; start restarts over from input at attempt + 1.
---dry-run runs the same preflight and reports what the restore would do, exiting as it would.\n\n${EXIT_CODES_HELP}`
+--dry-run runs the same preflight and reports what the restore would do, exiting as it would.\n\n${fleetExitCodes('participant', 'invalid_checkpoint', 'fleet_state')}`
   static override examples = ['<%= config.bin %> restore /shared/ckpt --fleet fleet.yaml', '<%= config.bin %> restore /shared/ckpt --head http://head:11000 --dry-run --json']
   static override args = {location: Args.string({description: 'Checkpoint root (LATEST is followed) or checkpoint directory.', required: true})}
   static override flags = {

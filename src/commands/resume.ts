@@ -1,5 +1,5 @@
 import {checkpointId} from '../cli/flags.js'
-import {BaseCommand, EXIT_CODES_HELP, fleetFlags, timeoutFlag} from '../cli/base.js'
+import {BaseCommand, fleetFlags, timeoutFlag, fleetExitCodes} from '../cli/base.js'
 import {note, warn} from '../cli/output.js'
 import {openCheckpoints} from '../coordination/controller.js'
 import {ControllerError, CoordinationError, failureMessage, nextStep} from '../coordination/errors.js'
@@ -10,7 +10,7 @@ export default class Resume extends BaseCommand<typeof Resume> {
   static override description = `Resuming an ID fences it for good on every participant: a late prepare of it is refused.
 Without --id, resumes the checkpoint or restore the participants report as active. Participants
 that are down are reported (exit 3) after every reachable one was resumed; they reopen by
-themselves when their lease expires.\n\n${EXIT_CODES_HELP}`
+themselves when their lease expires.\n\n${fleetExitCodes('participant')}`
   static override examples = ['<%= config.bin %> resume --fleet fleet.yaml --id ckpt-20261202T120000-1a2b3c4d', '<%= config.bin %> resume --head http://head:11000']
   static override flags = {...fleetFlags, id: checkpointId({summary: 'Checkpoint or restore ID to resume.'}), timeout: timeoutFlag}
 

@@ -1,7 +1,7 @@
 import {Flags} from '@oclif/core'
 
 import {checkpointId} from '../cli/flags.js'
-import {BaseCommand, EXIT_CODES_HELP, fleetFlags, timeoutFlag} from '../cli/base.js'
+import {BaseCommand, fleetFlags, timeoutFlag, fleetExitCodes} from '../cli/base.js'
 import {parseEpisodeFlags, readEpisodes} from '../cli/inputs.js'
 import {ControllerError} from '../coordination/errors.js'
 import {retire} from '../coordination/operations.js'
@@ -10,7 +10,7 @@ export default class Retire extends BaseCommand<typeof Retire> {
   static override summary = 'Stop and free attempts everywhere, callers first; they stay refused until forget.'
   static override description = `Order: environment, then agent, then model and resources. Refused while a checkpoint is open
 (resume first). Each participant marks the attempt (and earlier ones) before it stops anything, so
-a late request of a retired attempt gets 409 stale_attempt. Sent in batches of 1024.\n\n${EXIT_CODES_HELP}`
+a late request of a retired attempt gets 409 stale_attempt. Sent in batches of 1024.\n\n${fleetExitCodes('participant')}`
   static override examples = ['<%= config.bin %> retire --fleet fleet.yaml --episode r7 --episode r9-a1', 'cat stragglers.txt | <%= config.bin %> retire --head http://head:11000 --episodes -']
   static override flags = {
     ...fleetFlags,

@@ -1,11 +1,11 @@
-import {BaseCommand, EXIT_CODES_HELP, fleetFlags} from '../cli/base.js'
+import {BaseCommand, fleetFlags, fleetExitCodes} from '../cli/base.js'
 import {table} from '../cli/output.js'
 import {ControllerError, CoordinationError, failureMessage} from '../coordination/errors.js'
 
 export default class Status extends BaseCommand<typeof Status> {
   static override summary = 'Show every participant\'s phase, checkpoint, lease and readiness.'
   static override description = `One status call per participant, all at once. Servers that fail their probe are listed too,
-with their error, and the command then exits 3.\n\n${EXIT_CODES_HELP}`
+with their error, and the command then exits 3.\n\n${fleetExitCodes()}`
   static override examples = ['<%= config.bin %> status --fleet fleet.yaml', '<%= config.bin %> status --head http://head:11000 --json | jq .participants']
   static override flags = {...fleetFlags}
 

@@ -2,7 +2,8 @@ import {Args} from '@oclif/core'
 import color from 'ansis'
 
 import {checkpointId} from '../cli/flags.js'
-import {BaseCommand, EXIT_CODES_HELP} from '../cli/base.js'
+import {BaseCommand} from '../cli/base.js'
+import {exitCodesHelp} from '../cli/exit-codes.js'
 import {note, table} from '../cli/output.js'
 import {ControllerError} from '../coordination/errors.js'
 import {CheckpointStateError} from '../storage/errors.js'
@@ -18,7 +19,7 @@ directory, and records file names that disagree with their digest. Records outsi
 scope are normal (Gym's environment, agent and resources servers export every live episode) and
 are counted per participant: IN_SCOPE records are what a restore installs, OUTSIDE_SCOPE records
 are verified and skipped, SCOPE_WITHOUT_RECORD counts scope episodes the participant held nothing
-for. Exit 6 on any error.\n\n${EXIT_CODES_HELP}`
+for. Exit 6 on any error.\n\n${exitCodesHelp('input', 'invalid_checkpoint')}`
   static override examples = ['<%= config.bin %> verify /shared/ckpt', '<%= config.bin %> verify /shared/ckpt --id ckpt-20261202T120000-1a2b3c4d --json']
   static override args = {location: Args.string({description: 'Checkpoint root or checkpoint directory.', required: true})}
   static override flags = {id: checkpointId({summary: 'Checkpoint ID under the root (default: LATEST).'})}
