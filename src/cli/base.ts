@@ -1,10 +1,12 @@
 import {Command, Flags, Interfaces} from '@oclif/core'
 import color from 'ansis'
 
-import {ControlClient} from '../coordination/client.js'
-import {Discovery, FleetSource, discover, parseServerArg, resolveSource} from '../coordination/discover.js'
+// Network code (undici, yaml) is imported when a command connects, not at start-up: offline
+// commands (verify, prune, help) never load it.
+import type {ControlClient} from '../coordination/client.js'
+import type {Discovery, FleetSource} from '../coordination/discover.js'
 import {ControllerError, CoordinationError, NextStep} from '../coordination/errors.js'
-import {Coordinator} from '../coordination/operations.js'
+import type {Coordinator} from '../coordination/operations.js'
 import {CheckpointStateError} from '../storage/errors.js'
 import {EXIT, ExitName, exitCodesHelp} from './exit-codes.js'
 import {seconds} from './flags.js'
@@ -80,7 +82,8 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
     return false
   }
 
-  protected fleetSource(flags: {head?: string; server?: string[]; fleet?: string}): FleetSource {
+  protected async fleetSource(flags: {head?: string; server?: string[]; fleet?: string}): Promise<FleetSource> {
+    const {parseServerArg} = await import('../coordination/discover.js')
     if (flags.head) return {type: 'head', url: flags.head}
     if (flags.fleet) return {type: 'file', path: flags.fleet}
     if (flags.server?.length) return {type: 'servers', servers: flags.server.map(parseServerArg)}
@@ -90,8 +93,9 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
   /** Reads the token, discovers the fleet, and returns a Coordinator over its participants. */
   protected async connect(onStage?: Coordinator['onStage'], opts: {tolerant?: boolean} = {}): Promise<{coordinator: Coordinator; discovery: Discovery}> {
     const f = this.flags as unknown as {head?: string; server?: string[]; fleet?: string; 'token-env': string; 'token-file'?: string; 'probe-timeout': number}
-    const source = this.fleetSource(f)
+    const source = await this.fleetSource(f)
     const token = await readToken({tokenEnv: f['token-env'], tokenFile: f['token-file']})
+    const [{ControlClient}, {discover, resolveSource}] = await Promise.all([import('../coordination/client.js'), import('../coordination/discover.js')])
     this.client = new ControlClient({token})
     const probeTimeoutMs = f['probe-timeout'] * 1000
     const servers = await resolveSource(source, probeTimeoutMs)

@@ -3,7 +3,7 @@ import path from 'node:path'
 import {Flags} from '@oclif/core'
 import {Listr} from 'listr2'
 
-import {BaseCommand, EXIT_CODES_HELP, fleetFlags, timeoutFlag} from '../cli/base.js'
+import {BaseCommand, fleetExitCodes, fleetFlags, timeoutFlag} from '../cli/base.js'
 import {parseDuration} from '../cli/flags.js'
 import {note} from '../cli/output.js'
 import {Collector, CollectOutcome, CollectStats} from '../coordination/collect.js'
@@ -20,7 +20,7 @@ the next attempt. Checkpoints (every --checkpoint-every, and on SIGUSR1) pause d
 in Gym's order, commit continued(in flight + restored-unclaimed), publish ROOT/LATEST and resume.
 On SIGTERM or SIGINT (preemption) it stops dispatching, takes a checkpoint and exits 75; run the
 same command with --resume on a freshly started fleet to continue from it. The root is laid out
-as Gym's own collector lays it out, so either can resume the other's run.\n\n${EXIT_CODES_HELP}`
+as Gym's own collector lays it out, so either can resume the other's run.\n\n${fleetExitCodes('participant', 'invalid_checkpoint', 'fleet_state', 'preempted')}`
   static override examples = [
     '<%= config.bin %> collect --fleet fleet.yaml --input rows.jsonl --output results.jsonl --root /shared/collect --checkpoint-every 5m',
     '<%= config.bin %> collect --fleet fleet.yaml --input rows.jsonl --output results.jsonl --root /shared/collect --resume',

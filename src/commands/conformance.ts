@@ -1,7 +1,7 @@
 import {Flags} from '@oclif/core'
 import color from 'ansis'
 
-import {BaseCommand, EXIT_CODES_HELP, fleetFlags} from '../cli/base.js'
+import {BaseCommand, fleetExitCodes, fleetFlags} from '../cli/base.js'
 import {seconds} from '../cli/flags.js'
 import {readToken} from '../cli/inputs.js'
 import {note, table} from '../cli/output.js'
@@ -14,7 +14,7 @@ export default class Conformance extends BaseCommand<typeof Conformance> {
     'For teams writing their own participant or upgrading Gym. Each check names the rule and the section of the protocol reference it tests, and passes, fails, or is skipped with the reason.',
     'By default only safe checks run, fit for a live fleet: status reads, and requests that a conforming participant refuses before any state change (a missing, wrong or inexact bearer; unknown keys; bad checkpoint IDs, deadlines, episode IDs and empty lists).',
     '--destructive drives the whole phase machine on each participant (prepare, renew, commit into a temporary directory, replays and conflicts, resume, fencing, retire and forget) and checks the files it writes byte for byte. Run it on a staging fleet: it is refused (exit 8, nothing sent) when a participant holds live work, unless --force (then each participant\'s commit, with an empty scope, deletes restored state that no replacement has claimed yet). It resumes whatever it opened, also when a check fails or on SIGINT, and it pushes older IDs out of each participant\'s 64-ID fence. The temporary directory is made under --dir (default: the OS temp directory), which every participant must see at the same path, and removed afterwards unless --keep-dir.',
-    `Exit 0 when no check fails (skips allowed), 4 when one does.\n\n${EXIT_CODES_HELP}`,
+    `Exit 0 when no check fails (skips allowed), 4 when one does.\n\n${fleetExitCodes('participant', 'fleet_state')}`,
   ].join('\n\n')
   static override examples = [
     '<%= config.bin %> conformance --server mine=http://10.0.0.7:8000',
