@@ -1,0 +1,31 @@
+// Mutation testing: `npm run mutation` (everything, slow) or one file:
+// `npm run mutation -- --mutate src/storage/root.ts`. Reports go to reports/mutation/.
+/** @type {import('@stryker-mutator/api/core').PartialStrykerOptions} */
+export default {
+  packageManager: 'npm',
+  testRunner: 'vitest',
+  vitest: {configFile: 'vitest.stryker.config.ts'},
+  checkers: ['typescript'],
+  tsconfigFile: 'tsconfig.json',
+  typescriptChecker: {prioritizePerformanceOverAccuracy: true},
+  mutate: [
+    'src/coordination/**/*.ts',
+    'src/protocol/**/*.ts',
+    'src/storage/**/*.ts',
+    'src/control-plane/control-plane.ts',
+    '!src/**/index.ts',
+  ],
+  coverageAnalysis: 'perTest',
+  // The machine has 2 cores and is shared; each runner also starts real HTTP servers.
+  concurrency: 2,
+  timeoutMS: 15000,
+  timeoutFactor: 2,
+  dryRunTimeoutMinutes: 15,
+  reporters: ['html', 'json', 'clear-text', 'progress'],
+  htmlReporter: {fileName: 'reports/mutation/mutation.html'},
+  jsonReporter: {fileName: 'reports/mutation/mutation.json'},
+  clearTextReporter: {allowColor: false, logTests: false, reportScoreTable: true},
+  tempDirName: '.stryker-tmp',
+  ignorePatterns: ['dist', 'reports', 'coverage', '.bench-tmp', 'oclif.manifest.json'],
+  thresholds: {high: 90, low: 85, break: null},
+}

@@ -1,0 +1,19 @@
+import {defineConfig} from 'vitest/config'
+
+import base from './vitest.config.js'
+
+// The tests Stryker runs against each mutant: the in-process ones only. test/cli runs the built
+// CLI (dist/) as processes, which a mutant of src/ never reaches.
+// GYMCKPT_MUTATION_EXCLUDE (comma-separated globs) leaves more test files out of a local run.
+const extraExclude = (process.env.GYMCKPT_MUTATION_EXCLUDE ?? '')
+  .split(',')
+  .map((s) => s.trim())
+  .filter(Boolean)
+
+export default defineConfig({
+  test: {
+    ...base.test,
+    include: ['test/unit/**/*.test.ts', 'test/integration/**/*.test.ts'],
+    exclude: ['**/node_modules/**', 'test/cli/**', ...extraExclude],
+  },
+})
