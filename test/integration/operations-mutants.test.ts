@@ -1,0 +1,429 @@
+// Fan-out rules of src/coordination/operations.ts that no other test holds (issue 12): fleets with
+// several servers per kind, retire and forget stages that fail, what forget and retire send.
+import {describe, expect, it} from 'vitest'
+
+import {Fleet, FleetMember} from '../../src/control-plane/fleet.js'
+import {CoordinationError} from '../../src/coordination/errors.js'
+import {
+  Coordinator,
+  RETIRE_BATCH,
+  commit,
+  encodeBody,
+  fanOut,
+  forget,
+  prepare,
+  renew,
+  restore,
+  resume,
+  resumeAll,
+  retire,
+  retireEach,
+  statusAll,
+} from '../../src/coordination/operations.js'
+import {episode} from '../../src/protocol/episode.js'
+import {coordinatorFor, soon, startFleet} from '../helpers/fleet.js'
+import {tempDir} from '../helpers/tmp.js'
+
+/** Two servers of every kind, named so that name order and kind order disagree. */
+const WIDE: FleetMember[] = [
+  {name: 'z-env', kind: 'environment'},
+  {name: 'a-env', kind: 'environment'},
+  {name: 'y-model', kind: 'model'},
+  {name: 'b-model', kind: 'model'},
+  {name: 'x-agent', kind: 'agent'},
+  {name: 'c-agent', kind: 'agent'},
+  {name: 'w-res', kind: 'resources'},
+  {name: 'd-res', kind: 'resources'},
+]
+
+/** Servers in the order their first `route` call arrived. */
+function arrivals(fleet: Fleet, route: string): string[] {
+  return fleet.servers
+    .flatMap((s) => s.journal.filter((j) => j.route === route).map((j) => ({name: s.name, at: j.at})))
+    .sort((a, b) => a.at - b.at)
+    .map((x) => x.name)
+}
+
+function bodies(fleet: Fleet, route: string, name: string): any[] {
+  return fleet
+    .server(name)
+    .journal.filter((j) => j.route === route)
+    .map((j) => JSON.parse(j.body))
+}
+
+async function wide(): Promise<{fleet: Fleet; c: Coordinator}> {
+  const fleet = await startFleet({members: WIDE})
+  return {fleet, c: await coordinatorFor(fleet)}
+}
+
+const kindOf = (name: string) => WIDE.find((m) => m.name === name)!.kind
+const stageOrder = (names: string[], order: string[][]) => names.map((n) => order.findIndex((ks) => ks.includes(kindOf(n))))
+
+describe('prepare on a fleet with several servers per kind', () => {
+  it('stops at a stage where only some servers are not prepared: later stages are never called', async () => {
+    const {fleet, c} = await wide()
+    // One of the two environments holds a blocker that never clears; the other is ready.
+    fleet.server('a-env').participant!.stuckBlockers = ['stuck-1', 'stuck-2']
+    const r = await prepare(c, 'ck-1', soon(1.5))
+    expect(r.prepared).toBe(false)
+    expect([...r.replies.keys()].sort()).toEqual(['a-env', 'z-env'])
+    expect(r.replies.get('z-env')!.phase).toBe('prepared')
+    expect(r.replies.get('a-env')!.phase).toBe('preparing')
+    expect(r.blockers()).toEqual({'a-env': {blockers: ['stuck-1', 'stuck-2'], blockerCount: 2}})
+    // Not reached, in kind order and name order within a kind.
+    expect(r.notReached).toEqual(['b-model', 'y-model', 'c-agent', 'x-agent', 'd-res', 'w-res'])
+    for (const n of r.notReached) expect(bodies(fleet, 'prepare', n), n).toEqual([])
+    await resume(c, 'ck-1', soon())
+  })
+
+  it('prepares every stage in kind order, both servers of a kind at once, with the same bytes', async () => {
+    const {fleet, c} = await wide()
+    const stages: string[] = []
+    const r = await prepare({...c, onStage: (e) => stages.push(`${e.stage}:${e.servers.join(',')}:${e.done ? `done/${e.failures}` : 'start'}`)}, 'ck-2', soon())
+    expect(r.prepared).toBe(true)
+    expect(r.notReached).toEqual([])
+    expect(r.blockers()).toEqual({})
+    expect(stageOrder(arrivals(fleet, 'prepare'), [['environment'], ['model'], ['agent'], ['resources']])).toEqual([0, 0, 1, 1, 2, 2, 3, 3])
+    expect(stages).toEqual([
+      'environment:a-env,z-env:start',
+      'environment:a-env,z-env:done/0',
+      'model:b-model,y-model:start',
+      'model:b-model,y-model:done/0',
+      'agent:c-agent,x-agent:start',
+      'agent:c-agent,x-agent:done/0',
+      'resources:d-res,w-res:start',
+      'resources:d-res,w-res:done/0',
+    ])
+    const raw = fleet.servers.map((s) => s.journal.find((j) => j.route === 'prepare')!.body)
+    expect(new Set(raw).size).toBe(1)
+    expect(JSON.parse(raw[0]!)).toEqual({checkpoint_id: 'ck-2', deadline_ts: expect.any(Number)})
+    await resume(c, 'ck-2', soon())
+  })
+
+  it('a stage with a failing server throws every failure of that stage and calls no later stage', async () => {
+    const {fleet, c} = await wide()
+    fleet.server('y-model').faults.add('prepare', {type: 'status', status: 500})
+    fleet.server('b-model').faults.add('prepare', {type: 'status', status: 503})
+    const err = (await prepare(c, 'ck-3', soon()).catch((e: unknown) => e)) as CoordinationError
+    expect(err).toBeInstanceOf(CoordinationError)
+    expect(err.failures.map((f) => [f.server, f.status])).toEqual([
+      ['b-model', 503],
+      ['y-model', 500],
+    ])
+    expect(err.message).toMatch(/resume checkpoint 'ck-3' before preparing again$/)
+    // (A status fault answers before the request is journaled: the models do not show.)
+    expect(arrivals(fleet, 'prepare').sort()).toEqual(['a-env', 'z-env'])
+    for (const n of ['c-agent', 'x-agent', 'd-res', 'w-res']) expect(fleet.server(n).controlPlane!.phase, n).toBe('idle')
+    await resume(c, 'ck-3', soon())
+  })
+})
+
+describe('resume', () => {
+  it('goes in reverse kind order and on past failures, then reports them all', async () => {
+    const {fleet, c} = await wide()
+    await prepare(c, 'ck-r', soon())
+    fleet.server('c-agent').faults.add('resume', {type: 'status', status: 500})
+    const all = await resumeAll(c, 'ck-r', soon())
+    expect(all.failures.map((f) => f.server)).toEqual(['c-agent'])
+    expect([...all.replies.keys()].sort()).toEqual(WIDE.map((m) => m.name).filter((n) => n !== 'c-agent').sort())
+    // c-agent's refused call is not journaled: one agent shows.
+    expect(stageOrder(arrivals(fleet, 'resume'), [['resources'], ['agent'], ['model'], ['environment']])).toEqual([0, 0, 1, 2, 2, 3, 3])
+    for (const s of fleet.servers) if (s.name !== 'c-agent') expect(s.controlPlane!.phase, s.name).toBe('idle')
+    expect(fleet.server('c-agent').controlPlane!.phase).toBe('prepared')
+    fleet.server('c-agent').faults.add('resume', {type: 'status', status: 500})
+    const err = (await resume(c, 'ck-r', soon()).catch((e: unknown) => e)) as CoordinationError
+    expect(err).toBeInstanceOf(CoordinationError)
+    expect(err.message).toMatch(/^checkpoint resume failed on 1 participant\(s\): c-agent: HTTP 500 .*resume 'ck-r' again/)
+    expect((await resume(c, 'ck-r', soon())).get('c-agent')).toEqual({phase: 'idle', idempotent: false})
+  })
+})
+
+describe('retire and forget', () => {
+  it('retire goes environment, then agent, then model and resources together, with one body for all', async () => {
+    const {fleet, c} = await wide()
+    const n = await retire(c, 'ret', [episode('r1'), episode('r2', 3)], soon())
+    expect(n).toBe(2)
+    expect(stageOrder(arrivals(fleet, 'retire'), [['environment'], ['agent'], ['model', 'resources']])).toEqual([0, 0, 1, 1, 2, 2, 2, 2])
+    for (const s of fleet.servers) {
+      expect(bodies(fleet, 'retire', s.name), s.name).toEqual([
+        {checkpoint_id: 'ret', deadline_ts: expect.any(Number), episode_ids: [{rollout_id: 'r1', attempt: 0}, {rollout_id: 'r2', attempt: 3}]},
+      ])
+      expect(s.controlPlane!.retired.get('r2'), s.name).toBe(3)
+    }
+    const raw = fleet.servers.map((s) => s.journal.find((j) => j.route === 'retire')!.body)
+    expect(new Set(raw).size).toBe(1)
+  })
+
+  it('a failing retire stage is an error, and the stages after it are never called', async () => {
+    const {fleet, c} = await wide()
+    fleet.server('x-agent').faults.add('retire', {type: 'status', status: 500})
+    const err = (await retire(c, 'ret', [episode('r1')], soon()).catch((e: unknown) => e)) as CoordinationError
+    expect(err).toBeInstanceOf(CoordinationError)
+    expect(err.operation).toBe('retire')
+    expect(err.failures.map((f) => f.server)).toEqual(['x-agent'])
+    expect(err.message).toMatch(/retire is refused while a checkpoint is open: resume first, then retire again$/)
+    expect(arrivals(fleet, 'retire').sort()).toEqual(['a-env', 'c-agent', 'z-env'])
+    for (const n of ['b-model', 'y-model', 'd-res', 'w-res']) expect(fleet.server(n).controlPlane!.retired.size, n).toBe(0)
+  })
+
+  it('a retire refused by a participant with a checkpoint open fails', async () => {
+    const {fleet, c} = await wide()
+    await prepare(c, 'open', soon())
+    const err = (await retire(c, 'ret', [episode('r1')], soon()).catch((e: unknown) => e)) as CoordinationError
+    expect(err.failures.map((f) => [f.server, f.code])).toEqual([
+      ['a-env', 'invalid_phase'],
+      ['z-env', 'invalid_phase'],
+    ])
+    expect(arrivals(fleet, 'retire').sort()).toEqual(['a-env', 'z-env'])
+    await resume(c, 'open', soon())
+  })
+
+  it('retire sends batches of 1024, every batch to every stage; an empty list sends nothing', async () => {
+    const {fleet, c} = await wide()
+    expect(await retire(c, 'ret', [], soon())).toBe(0)
+    expect(arrivals(fleet, 'retire')).toEqual([])
+    const eps = Array.from({length: RETIRE_BATCH + 1}, (_, i) => episode(`r${i}`))
+    expect(await retire(c, 'ret', eps, soon())).toBe(RETIRE_BATCH + 1)
+    for (const s of fleet.servers) {
+      expect(bodies(fleet, 'retire', s.name).map((b) => b.episode_ids.length), s.name).toEqual([RETIRE_BATCH, 1])
+      expect(bodies(fleet, 'retire', s.name)[1].episode_ids, s.name).toEqual([{rollout_id: `r${RETIRE_BATCH}`, attempt: 0}])
+    }
+  })
+
+  it('forget sends the rollouts sorted and de-duplicated, in retire order, and the marks go', async () => {
+    const {fleet, c} = await wide()
+    await retire(c, 'ret', [episode('b'), episode('a', 2)], soon())
+    const n = await forget(c, 'fgt', ['b', 'a', 'b'], soon())
+    expect(n).toBe(2)
+    expect(stageOrder(arrivals(fleet, 'forget'), [['environment'], ['agent'], ['model', 'resources']])).toEqual([0, 0, 1, 1, 2, 2, 2, 2])
+    for (const s of fleet.servers) {
+      expect(bodies(fleet, 'forget', s.name), s.name).toEqual([{checkpoint_id: 'fgt', deadline_ts: expect.any(Number), rollout_ids: ['a', 'b']}])
+      expect(s.controlPlane!.retired.size, s.name).toBe(0)
+    }
+  })
+
+  it('forget sends batches of 1024; nothing to forget sends nothing', async () => {
+    const {fleet, c} = await wide()
+    expect(await forget(c, 'fgt', [], soon())).toBe(0)
+    expect(arrivals(fleet, 'forget')).toEqual([])
+    const ids = Array.from({length: RETIRE_BATCH + 2}, (_, i) => `f${String(i).padStart(5, '0')}`)
+    expect(await forget(c, 'fgt', [...ids].reverse(), soon())).toBe(ids.length)
+    const sent = bodies(fleet, 'forget', 'a-env').map((b) => b.rollout_ids)
+    expect(sent.map((l: string[]) => l.length)).toEqual([RETIRE_BATCH, 2])
+    expect(sent.flat()).toEqual(ids)
+  })
+
+  it('a failing forget stage is an error, and the stages after it are never called', async () => {
+    const {fleet, c} = await wide()
+    fleet.server('z-env').faults.add('forget', {type: 'status', status: 500})
+    const err = (await forget(c, 'fgt', ['r'], soon()).catch((e: unknown) => e)) as CoordinationError
+    expect(err).toBeInstanceOf(CoordinationError)
+    expect(err.operation).toBe('forget')
+    expect(err.failures.map((f) => f.server)).toEqual(['z-env'])
+    expect(err.message).toMatch(/forget is refused while a checkpoint is open: resume first, then forget again$/)
+    expect(arrivals(fleet, 'forget')).toEqual(['a-env'])
+  })
+
+  it('retireEach sends each participant its own list, in retire order, and skips empty lists', async () => {
+    const {fleet, c} = await wide()
+    const lists = new Map([
+      ['x-agent', [episode('ra', 1)]],
+      ['z-env', [episode('rz')]],
+      ['b-model', Array.from({length: RETIRE_BATCH + 1}, (_, i) => episode(`m${i}`))],
+      ['d-res', []],
+    ])
+    await retireEach(c, 'ret', lists, soon())
+    expect(arrivals(fleet, 'retire').filter((n, i, a) => a.indexOf(n) === i)).toEqual(['z-env', 'x-agent', 'b-model'])
+    expect(bodies(fleet, 'retire', 'x-agent').map((b) => b.episode_ids)).toEqual([[{rollout_id: 'ra', attempt: 1}]])
+    expect(bodies(fleet, 'retire', 'b-model').map((b) => b.episode_ids.length)).toEqual([RETIRE_BATCH, 1])
+    expect(bodies(fleet, 'retire', 'd-res')).toEqual([])
+    expect(fleet.server('z-env').controlPlane!.retired.get('rz')).toBe(0)
+    expect(fleet.server('a-env').controlPlane!.retired.size).toBe(0)
+  })
+
+  it('retireEach stops at the first stage with a failure, naming it', async () => {
+    const {fleet, c} = await wide()
+    fleet.server('c-agent').faults.add('retire', {type: 'status', status: 500})
+    const lists = new Map([
+      ['c-agent', [episode('a'), ...Array.from({length: RETIRE_BATCH}, (_, i) => episode(`x${i}`))]],
+      ['x-agent', [episode('b')]],
+      ['y-model', [episode('c')]],
+    ])
+    const err = (await retireEach(c, 'ret', lists, soon()).catch((e: unknown) => e)) as CoordinationError
+    expect(err).toBeInstanceOf(CoordinationError)
+    expect(err.failures.map((f) => [f.server, f.status])).toEqual([['c-agent', 500]])
+    // The failing member sends no second batch; the model stage is never reached.
+    expect(bodies(fleet, 'retire', 'c-agent')).toHaveLength(0)
+    expect(bodies(fleet, 'retire', 'x-agent')).toHaveLength(1)
+    expect(bodies(fleet, 'retire', 'y-model')).toHaveLength(0)
+  })
+})
+
+describe('the one-shot fan-outs', () => {
+  it('renew and commit go to all at once; commit sends the scope only when there is one', async () => {
+    const {fleet, c} = await wide()
+    await prepare(c, 'ck-c', soon())
+    const leases = await renew(c, 'ck-c', soon(50))
+    expect(leases.size).toBe(8)
+    const dir = await tempDir()
+    const replies = await commit(c, 'ck-c', dir, null, soon())
+    expect(replies.size).toBe(8)
+    for (const s of fleet.servers) {
+      const b = bodies(fleet, 'commit', s.name)[0]
+      expect(Object.keys(b).sort(), s.name).toEqual(['checkpoint_dir', 'checkpoint_id', 'deadline_ts'])
+    }
+    await resume(c, 'ck-c', soon())
+    await prepare(c, 'ck-d', soon())
+    const dir2 = await tempDir()
+    await commit(c, 'ck-d', dir2, [episode('q', 2)], soon())
+    expect(bodies(fleet, 'commit', 'a-env')[1].episode_ids).toEqual([{rollout_id: 'q', attempt: 2}])
+    await resume(c, 'ck-d', soon())
+  })
+
+  it('a commit failure names the retry or the resume', async () => {
+    const {fleet, c} = await wide()
+    await prepare(c, 'ck-f', soon())
+    fleet.server('w-res').faults.add('commit', {type: 'status', status: 500})
+    const err = (await commit(c, 'ck-f', await tempDir(), [], soon()).catch((e: unknown) => e)) as CoordinationError
+    expect(err.failures.map((f) => f.server)).toEqual(['w-res'])
+    expect(err.message).toMatch(/retry the commit with the same directory and scope, or resume 'ck-f' and prepare a new checkpoint$/)
+    await resume(c, 'ck-f', soon())
+  })
+
+  it('a renew failure is an error naming the server', async () => {
+    const {fleet, c} = await wide()
+    await prepare(c, 'ck-n', soon())
+    fleet.server('b-model').faults.add('renew', {type: 'status', status: 500})
+    const err = (await renew(c, 'ck-n', soon()).catch((e: unknown) => e)) as CoordinationError
+    expect(err.operation).toBe('renew')
+    expect(err.failures.map((f) => f.server)).toEqual(['b-model'])
+    await resume(c, 'ck-n', soon())
+  })
+
+  it('fanOut collects replies and failures separately and tells the stage its failure count', async () => {
+    const {fleet, c} = await wide()
+    fleet.server('a-env').faults.add('resume', {type: 'status', status: 500})
+    const events: unknown[] = []
+    const r = await fanOut({...c, onStage: (e) => events.push(e)}, 'resume', c.participants.slice(0, 3), encodeBody({checkpoint_id: 'x', deadline_ts: soon()}), soon(), 'st')
+    expect([...r.replies.keys()].sort()).toEqual(['b-model', 'z-env'])
+    expect(r.failures.map((f) => f.server)).toEqual(['a-env'])
+    expect(events).toEqual([
+      {operation: 'resume', stage: 'st', servers: ['a-env', 'z-env', 'b-model']},
+      {operation: 'resume', stage: 'st', servers: ['a-env', 'z-env', 'b-model'], done: true, failures: 1},
+    ])
+  })
+
+  it('statusAll reports an unreachable participant as a failure, not an exception', async () => {
+    const {fleet, c} = await wide()
+    fleet.server('d-res').faults.add('status', {type: 'status', status: 500})
+    const r = await statusAll(c)
+    expect(r.statuses.size).toBe(7)
+    expect(r.failures.map((f) => f.server)).toEqual(['d-res'])
+    expect(r.statuses.get('a-env')).toMatchObject({kind: 'environment', phase: 'idle'})
+  })
+
+  it('encodeBody is the JSON of the body in UTF-8', () => {
+    expect(encodeBody({a: 'é', b: [1]}).equals(Buffer.from('{"a":"é","b":[1]}', 'utf8'))).toBe(true)
+  })
+})
+
+describe('restore cleanup', () => {
+  it('a failed restore retires on each participant only what it installed, resumes everyone, and raises the restore error', async () => {
+    const {fleet, c} = await wide()
+    // A checkpoint to restore: run two episodes to a boundary, commit, resume.
+    const root = await tempDir()
+    const runs = [fleet.run({rolloutId: 'e1', steps: 4, stepMs: 40}, 'a-env'), fleet.run({rolloutId: 'e2', steps: 4, stepMs: 40}, 'z-env')]
+    await new Promise((r) => setTimeout(r, 60))
+    await prepare(c, 'ck-s', soon())
+    await commit(c, 'ck-s', root, [episode('e1'), episode('e2')], soon())
+    await resume(c, 'ck-s', soon())
+    await Promise.all(runs)
+    const fresh = await startFleet({members: WIDE})
+    const fc = await coordinatorFor(fresh)
+    fresh.server('y-model').faults.add('restore', {type: 'status', status: 500})
+    const logs: string[] = []
+    const err = (await restore(fc, 'rs-1', root, [episode('e1'), episode('e2')], soon(), (m) => logs.push(m)).catch((e: unknown) => e)) as CoordinationError
+    expect(err).toBeInstanceOf(CoordinationError)
+    expect(err.operation).toBe('restore')
+    expect(err.failures.map((f) => f.server)).toEqual(['y-model'])
+    expect(err.message).toMatch(/what the restore installed was retired and the fleet was resumed/)
+    expect(logs).toEqual([])
+    // The environment that held e1 retires e1-a1 only; the one that held nothing retires nothing.
+    const env1 = bodies(fresh, 'retire', 'a-env')
+    expect(env1.map((b) => b.episode_ids)).toEqual([[{rollout_id: 'e1', attempt: 1}]])
+    expect(bodies(fresh, 'retire', 'z-env').map((b) => b.episode_ids)).toEqual([[{rollout_id: 'e2', attempt: 1}]])
+    // The failed participant installed nothing and is not retired.
+    expect(bodies(fresh, 'retire', 'y-model')).toEqual([])
+    for (const s of fresh.servers) {
+      expect(s.controlPlane!.phase, s.name).toBe('idle')
+      expect(bodies(fresh, 'resume', s.name).map((b) => b.checkpoint_id), s.name).toEqual(['rs-1'])
+    }
+  })
+
+  it('a restore whose reply was lost asks that participant whether it restored, and retires what it did', async () => {
+    const {fleet, c} = await wide()
+    const root = await tempDir()
+    const run = fleet.run({rolloutId: 'e1', steps: 4, stepMs: 40}, 'a-env')
+    await new Promise((r) => setTimeout(r, 60))
+    await prepare(c, 'ck-t', soon())
+    await commit(c, 'ck-t', root, [episode('e1')], soon())
+    await resume(c, 'ck-t', soon())
+    await run
+    const fresh = await startFleet({members: WIDE})
+    const fc = await coordinatorFor(fresh)
+    // a-env installs, then the connection drops before its reply; b-model refuses outright.
+    fresh.server('a-env').faults.add('restore', {type: 'drop-after'})
+    fresh.server('b-model').faults.add('restore', {type: 'status', status: 500})
+    const err = (await restore(fc, 'rs-2', root, [episode('e1')], soon()).catch((e: unknown) => e)) as CoordinationError
+    expect(err.failures.map((f) => [f.server, f.status])).toEqual([
+      ['a-env', null],
+      ['b-model', 500],
+    ])
+    expect(bodies(fresh, 'retire', 'a-env').map((b) => b.episode_ids)).toEqual([[{rollout_id: 'e1', attempt: 1}]])
+    expect(bodies(fresh, 'retire', 'b-model')).toEqual([])
+    expect(fresh.server('a-env').controlPlane!.phase).toBe('idle')
+  })
+
+  it('a cleanup that fails is logged, and the restore error is still the one raised', async () => {
+    const {fleet, c} = await wide()
+    const root = await tempDir()
+    const run = fleet.run({rolloutId: 'e1', steps: 4, stepMs: 40}, 'a-env')
+    await new Promise((r) => setTimeout(r, 60))
+    await prepare(c, 'ck-u', soon())
+    await commit(c, 'ck-u', root, [episode('e1')], soon())
+    await resume(c, 'ck-u', soon())
+    await run
+    const fresh = await startFleet({members: WIDE})
+    const fc = await coordinatorFor(fresh)
+    fresh.server('b-model').faults.add('restore', {type: 'status', status: 500})
+    fresh.server('a-env').faults.add('retire', {type: 'status', status: 500})
+    fresh.server('d-res').faults.add('resume', {type: 'status', status: 500})
+    const logs: string[] = []
+    const err = (await restore(fc, 'rs-3', root, [episode('e1')], soon(), (m) => logs.push(m)).catch((e: unknown) => e)) as CoordinationError
+    expect(err.operation).toBe('restore')
+    expect(logs).toHaveLength(2)
+    expect(logs[0]).toMatch(/^restore cleanup: retire of the installed replacement attempts failed: checkpoint retire failed on 1 participant\(s\): a-env/)
+    expect(logs[1]).toMatch(/^restore cleanup: resume failed: checkpoint resume failed on 1 participant\(s\): d-res/)
+  })
+
+  it('a restore that succeeds everywhere returns the replies and the next attempts, and sends nothing else', async () => {
+    const {fleet, c} = await wide()
+    const root = await tempDir()
+    const run = fleet.run({rolloutId: 'e1', steps: 4, stepMs: 40}, 'a-env')
+    await new Promise((r) => setTimeout(r, 60))
+    await prepare(c, 'ck-v', soon())
+    await commit(c, 'ck-v', root, [episode('e1')], soon())
+    await resume(c, 'ck-v', soon())
+    await run
+    const fresh = await startFleet({members: WIDE})
+    const fc = await coordinatorFor(fresh)
+    const out = await restore(fc, 'rs-4', root, [episode('e1')], soon())
+    expect(out.replacements).toEqual([{rolloutId: 'e1', attempt: 1}])
+    expect(out.replies.get('a-env')!.restored).toEqual(['e1-a1'])
+    expect(out.replies.get('z-env')!.restored).toEqual([])
+    expect(arrivals(fresh, 'retire')).toEqual([])
+    expect(arrivals(fresh, 'resume')).toEqual([])
+    expect(fresh.server('a-env').controlPlane!.phase).toBe('restored')
+    await resume(fc, 'rs-4', soon())
+  })
+})
