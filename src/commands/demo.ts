@@ -5,6 +5,7 @@ import {BaseCommand} from '../cli/base.js'
 import {exitCodesHelp} from '../cli/exit-codes.js'
 import {note} from '../cli/output.js'
 import {ControllerError} from '../coordination/errors.js'
+import {runCollectDemo} from '../demo/collect-scenario.js'
 import {runDemo} from '../demo/scenario.js'
 
 export default class Demo extends BaseCommand<typeof Demo> {
@@ -13,9 +14,15 @@ export default class Demo extends BaseCommand<typeof Demo> {
 a judge model that takes no part), runs the episodes once uninterrupted, then again with a
 checkpoint while they are in flight, a crash of every server, and a restore into a fresh fleet
 discovered through a head server. Passes only when every episode's result equals the
-uninterrupted run's. Needs no token and no network.\n\n${exitCodesHelp('input', 'participant')}`
-  static override examples = ['<%= config.bin %> demo', '<%= config.bin %> demo --episodes 200 --steps 12 --root /tmp/rehearsal --json']
+uninterrupted run's. Needs no token and no network.
+
+--scenario collect rehearses a rollout collection instead: \`gymckpt fleet\` and \`gymckpt collect\` run
+as processes, both are SIGKILLed mid-run, a fresh fleet starts, and \`collect --resume\` finishes the
+run; it passes when the output, sorted by rollout ID, equals an uninterrupted run's row for row
+(no row lost or duplicated). There --episodes is the number of rows and --root the work directory.\n\n${exitCodesHelp('input', 'participant')}`
+  static override examples = ['<%= config.bin %> demo', '<%= config.bin %> demo --episodes 200 --steps 12 --root /tmp/rehearsal --json', '<%= config.bin %> demo --scenario collect']
   static override flags = {
+    scenario: Flags.string({summary: 'restore: checkpoint, crash, restore (in-process); collect: a collection SIGKILLed mid-run and resumed (processes).', options: ['restore', 'collect'], default: 'restore'}),
     episodes: Flags.integer({summary: 'Episodes to run.', default: 24, min: 1, max: 10_000}),
     steps: Flags.integer({summary: 'Steps per episode (each gets 0-2 more).', default: 8, min: 2, max: 1000}),
     'step-ms': Flags.integer({summary: 'Duration of one step, ms.', default: 40, min: 1, max: 10_000}),
@@ -24,6 +31,7 @@ uninterrupted run's. Needs no token and no network.\n\n${exitCodesHelp('input', 
   }
 
   async run() {
+    if (this.flags.scenario === 'collect') return this.collect()
     const r = await runDemo({
       episodes: this.flags.episodes,
       steps: this.flags.steps,
@@ -51,6 +59,51 @@ uninterrupted run's. Needs no token and no network.\n\n${exitCodesHelp('input', 
       continued: r.continued,
       continued_from_boundary: r.continuedFromBoundary,
       restarted: r.restarted,
+      mismatches: r.mismatches,
+      timings_ms: r.timingsMs,
+    }
+  }
+
+  private async collect() {
+    const r = await runCollectDemo({
+      rows: this.flags.episodes,
+      steps: this.flags.steps,
+      stepMs: this.flags['step-ms'],
+      restarts: this.flags.restarts,
+      dir: this.flags.root,
+      log: this.jsonEnabled() ? undefined : (m) => note(color.dim(m)),
+    })
+    const bad = r.missing.length + r.duplicated.length + r.mismatches.length
+    if (!this.jsonEnabled()) {
+      this.log(
+        `${r.ok ? color.green('PASS') : color.red('FAIL')}: ${r.rows - r.mismatches.length - r.missing.length}/${r.rows} rows equal the uninterrupted run, sorted by rollout ID ` +
+          `(${r.doneBeforeCrash} done before the crash, ${r.continued} continued from ${r.checkpointId} — ${r.continuedFromBoundary} from a mid-episode boundary — ${r.startedOver} started over, ${r.neverStarted} not yet sent); ` +
+          `${r.missing.length} lost, ${r.duplicated.length} duplicated`,
+      )
+      this.log(`results:    ${r.output}`)
+      this.log(`root:       ${r.root}`)
+    }
+    if (!r.ok) {
+      throw new ControllerError(
+        'participant',
+        `demo failed: ${bad} row(s) differ from the uninterrupted run: lost ${r.missing.slice(0, 5).join(', ') || 'none'}; duplicated ${r.duplicated.slice(0, 5).join(', ') || 'none'}; different ${r.mismatches.slice(0, 5).map((m) => m.rolloutId).join(', ') || 'none'}`,
+        r,
+      )
+    }
+    return {
+      passed: r.ok,
+      scenario: 'collect',
+      rows: r.rows,
+      checkpoint_id: r.checkpointId,
+      root: r.root,
+      output: r.output,
+      done_before_crash: r.doneBeforeCrash,
+      continued: r.continued,
+      continued_from_boundary: r.continuedFromBoundary,
+      started_over: r.startedOver,
+      never_started: r.neverStarted,
+      missing: r.missing,
+      duplicated: r.duplicated,
       mismatches: r.mismatches,
       timings_ms: r.timingsMs,
     }
