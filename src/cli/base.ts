@@ -12,16 +12,19 @@ import {EXIT, ExitName, exitCodesHelp} from './exit-codes.js'
 import {seconds} from './flags.js'
 import {DEFAULT_TOKEN_ENV, readToken} from './inputs.js'
 import {FleetFlagValues, renderNext} from './next.js'
+import type {Settings, SettingsInput} from './config.js'
 
 export type BaseFlags<T extends typeof Command> = Interfaces.InferredFlags<(typeof BaseCommand)['baseFlags'] & T['flags']>
 export type BaseArgs<T extends typeof Command> = Interfaces.InferredArgs<T['args']>
 
+// The fleet and token flags have no oclif `env`: a flag, else GYMCKPT_*, else the config context
+// is resolved in src/cli/config.ts, so a --fleet flag is not refused because GYMCKPT_HEAD is set.
 export const fleetFlags = {
-  head: Flags.string({summary: 'Gym head server URL; servers are read from its global config.', helpGroup: 'FLEET', exclusive: ['server', 'fleet']}),
-  server: Flags.string({summary: 'A server as NAME=URL (repeatable).', multiple: true, helpGroup: 'FLEET', exclusive: ['head', 'fleet']}),
-  fleet: Flags.string({summary: "Fleet YAML file: 'servers: {NAME: URL}'.", helpGroup: 'FLEET', exclusive: ['head', 'server']}),
-  'token-env': Flags.string({summary: 'Environment variable holding the control token.', default: DEFAULT_TOKEN_ENV, helpGroup: 'FLEET'}),
-  'token-file': Flags.string({summary: 'File holding the control token (instead of the environment).', helpGroup: 'FLEET'}),
+  head: Flags.string({summary: 'Gym head server URL; servers are read from its global config (or GYMCKPT_HEAD).', helpGroup: 'FLEET', exclusive: ['server', 'fleet']}),
+  server: Flags.string({summary: 'A server as NAME=URL, repeatable (or GYMCKPT_SERVERS, comma-separated).', multiple: true, helpGroup: 'FLEET', exclusive: ['head', 'fleet']}),
+  fleet: Flags.string({summary: "Fleet YAML file: 'servers: {NAME: URL}' (or GYMCKPT_FLEET).", helpGroup: 'FLEET', exclusive: ['head', 'server']}),
+  'token-env': Flags.string({summary: `Environment variable holding the control token (default ${DEFAULT_TOKEN_ENV}; or GYMCKPT_TOKEN_ENV).`, helpGroup: 'FLEET'}),
+  'token-file': Flags.string({summary: 'File holding the control token, instead of the environment (or GYMCKPT_TOKEN_FILE).', helpGroup: 'FLEET'}),
   'probe-timeout': seconds({summary: 'Seconds one server may take to answer discovery.', default: 60, max: 3600, helpGroup: 'FLEET'}),
 }
 
@@ -36,11 +39,14 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
   static override baseFlags = {
     // ansis reads --no-color (and NO_COLOR, FORCE_COLOR) itself; the flag is declared so oclif accepts it.
     color: Flags.boolean({summary: 'Colour the output (default: on a terminal, unless NO_COLOR is set).', allowNo: true, helpGroup: 'GLOBAL'}),
+    config: Flags.string({summary: 'Config file with named contexts (default: config.yaml in the config directory; or GYMCKPT_CONFIG).', helpGroup: 'GLOBAL'}),
+    context: Flags.string({summary: "Context of the config file to use (default: its current-context; or GYMCKPT_CONTEXT).", helpGroup: 'GLOBAL'}),
   }
 
   protected flags!: BaseFlags<T>
   protected args!: BaseArgs<T>
   private client: ControlClient | null = null
+  private resolved: Promise<Settings> | null = null
   private readonly abort = new AbortController()
   private signalHandlers: [NodeJS.Signals, () => void][] = []
 
@@ -82,19 +88,45 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
     return false
   }
 
-  protected async fleetSource(flags: {head?: string; server?: string[]; fleet?: string}): Promise<FleetSource> {
+  /** Fleet, root and token source with where each came from: flag > environment > config context. */
+  protected settings(): Promise<Settings> {
+    this.resolved ??= (async () => {
+      const {loadConfig, resolveSettings, ENV} = await import('./config.js')
+      const f = this.flags as SettingsInput['flags'] & {config?: string}
+      const config = await loadConfig(f.config ?? process.env[ENV.config], this.config.configDir)
+      return resolveSettings({flags: f, env: process.env, config})
+    })()
+    return this.resolved
+  }
+
+  /** The checkpoint root: the positional or --root, else GYMCKPT_ROOT, else the config context. */
+  protected async rootDir(given?: string): Promise<string> {
+    if (given !== undefined) return given
+    const root = (await this.settings()).root
+    if (!root) throw new ControllerError('input', 'no checkpoint root: pass it (ROOT or --root DIR), set GYMCKPT_ROOT, or set root in the config context')
+    return root.value
+  }
+
+  protected async fleetSource(): Promise<FleetSource> {
+    const fleet = (await this.settings()).fleet
+    if (!fleet) throw new ControllerError('input', 'no fleet given: pass --head URL, --server NAME=URL (repeatable) or --fleet FILE, set GYMCKPT_HEAD / GYMCKPT_FLEET / GYMCKPT_SERVERS, or use a config context')
+    const v = fleet.value
+    if ('head' in v) return {type: 'head', url: v.head}
+    if ('fleet' in v) return {type: 'file', path: v.fleet}
     const {parseServerArg} = await import('../coordination/discover.js')
-    if (flags.head) return {type: 'head', url: flags.head}
-    if (flags.fleet) return {type: 'file', path: flags.fleet}
-    if (flags.server?.length) return {type: 'servers', servers: flags.server.map(parseServerArg)}
-    throw new ControllerError('input', 'no fleet given: pass --head URL, --server NAME=URL (repeatable) or --fleet FILE')
+    return {type: 'servers', servers: v.servers.map(parseServerArg)}
+  }
+
+  /** The control token, from the source the settings name. Never printed. (Not `token`: oclif sets that property on the command while it parses arguments.) */
+  protected async controlToken(): Promise<string> {
+    return readToken((await this.settings()).token.value)
   }
 
   /** Reads the token, discovers the fleet, and returns a Coordinator over its participants. */
   protected async connect(onStage?: Coordinator['onStage'], opts: {tolerant?: boolean} = {}): Promise<{coordinator: Coordinator; discovery: Discovery}> {
-    const f = this.flags as unknown as {head?: string; server?: string[]; fleet?: string; 'token-env': string; 'token-file'?: string; 'probe-timeout': number}
-    const source = await this.fleetSource(f)
-    const token = await readToken({tokenEnv: f['token-env'], tokenFile: f['token-file']})
+    const f = this.flags as unknown as {'probe-timeout': number}
+    const source = await this.fleetSource()
+    const token = await this.controlToken()
     const [{ControlClient}, {discover, resolveSource}] = await Promise.all([import('../coordination/client.js'), import('../coordination/discover.js')])
     this.client = new ControlClient({token})
     const probeTimeoutMs = f['probe-timeout'] * 1000

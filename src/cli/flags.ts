@@ -48,3 +48,7 @@ export function parseDuration(v: string, flag: string, max: number): number | nu
   if (s < 1 || s > max) throw new Error(`${flag} ${v}: a duration from 1 s to ${max} s`)
   return s
 }
+
+/** The checkpoint root, as a flag (commands that take it positionally accept this too). */
+export const rootFlag = (summary = 'Checkpoint root; a checkpoint goes to ROOT/ID') =>
+  Flags.string({summary: `${summary} (or GYMCKPT_ROOT, or root in the config context).`})

@@ -11,7 +11,7 @@ export const DEFAULT_TOKEN_ENV = 'NEMO_GYM_CHECKPOINT_CONTROL_TOKEN'
 const TOKEN_CHARS = /^[\x21-\x7e]+$/
 
 /** The token comes from an environment variable or a file; never from argv, never in a message. */
-export async function readToken(opts: {tokenEnv: string; tokenFile?: string}): Promise<string> {
+export async function readToken(opts: {tokenEnv?: string; tokenFile?: string}): Promise<string> {
   if (opts.tokenFile) {
     let bytes: Buffer
     try {
@@ -26,9 +26,10 @@ export async function readToken(opts: {tokenEnv: string; tokenFile?: string}): P
     if (!TOKEN_CHARS.test(t)) throw new ControllerError('input', `--token-file ${opts.tokenFile} holds a character that cannot be sent in an HTTP header; a token is printable ASCII`)
     return t
   }
-  const t = process.env[opts.tokenEnv]?.trim()
-  if (!t) throw new ControllerError('input', `no control token: set ${opts.tokenEnv} or pass --token-file FILE`)
-  if (!TOKEN_CHARS.test(t)) throw new ControllerError('input', `${opts.tokenEnv} holds a character that cannot be sent in an HTTP header; a token is printable ASCII without spaces`)
+  const name = opts.tokenEnv ?? DEFAULT_TOKEN_ENV
+  const t = process.env[name]?.trim()
+  if (!t) throw new ControllerError('input', `no control token: set ${name} or pass --token-file FILE`)
+  if (!TOKEN_CHARS.test(t)) throw new ControllerError('input', `${name} holds a character that cannot be sent in an HTTP header; a token is printable ASCII without spaces`)
   return t
 }
 

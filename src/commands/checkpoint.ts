@@ -1,7 +1,7 @@
 import {Flags} from '@oclif/core'
 
 import {BaseCommand, fleetFlags, timeoutFlag, fleetExitCodes} from '../cli/base.js'
-import {checkpointId, seconds} from '../cli/flags.js'
+import {checkpointId, rootFlag, seconds} from '../cli/flags.js'
 import {readEpisodes} from '../cli/inputs.js'
 import {commitJson, keys, note, warn} from '../cli/output.js'
 import {withProgress} from '../cli/progress.js'
@@ -19,7 +19,7 @@ is resumed before the command exits. Leases are renewed while it runs. Progress 
   ]
   static override flags = {
     ...fleetFlags,
-    root: Flags.string({summary: 'Checkpoint root; the checkpoint goes to ROOT/ID.', required: true}),
+    root: rootFlag(),
     id: checkpointId({summary: 'Checkpoint ID (default: a new ckpt-<time>-<hex>).'}),
     episodes: Flags.string({summary: "File of the episodes the controller continues ('-' for stdin); default: no scope."}),
     timeout: timeoutFlag,
@@ -30,13 +30,14 @@ is resumed before the command exits. Leases are renewed while it runs. Progress 
   async run() {
     const episodes = this.flags.episodes ? await readEpisodes(this.flags.episodes) : null
     if (!episodes) warn('no --episodes: committing without a scope; every participant exports all of its live episodes')
+    const root = await this.rootDir(this.flags.root)
     const {coordinator} = await this.connect()
     const out = await withProgress(
       {prepare: 'prepare (environment → model → agent → resources)', commit: 'commit and publish', resume: 'resume (resources → agent → model → environment)'},
       !this.jsonEnabled() && process.stderr.isTTY === true,
       (onPhase) =>
         checkpoint(coordinator, {
-          root: this.flags.root,
+          root,
           checkpointId: this.flags.id,
           timeoutS: this.flags.timeout,
           episodes,
@@ -61,7 +62,7 @@ is resumed before the command exits. Leases are renewed while it runs. Progress 
   private again(): string[] {
     const f = this.flags
     return [
-      '--root', f.root,
+      ...(f.root ? ['--root', f.root] : []),
       ...(f.episodes ? ['--episodes', f.episodes] : []),
       ...(f.timeout !== 300 ? ['--timeout', String(f.timeout)] : []),
       ...(f['renew-every'] !== 60 ? ['--renew-every', String(f['renew-every'])] : []),

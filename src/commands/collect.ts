@@ -4,7 +4,7 @@ import {Flags} from '@oclif/core'
 import {Listr} from 'listr2'
 
 import {BaseCommand, fleetExitCodes, fleetFlags, timeoutFlag} from '../cli/base.js'
-import {parseDuration} from '../cli/flags.js'
+import {parseDuration, rootFlag} from '../cli/flags.js'
 import {note} from '../cli/output.js'
 import {Collector, CollectOutcome, CollectStats} from '../coordination/collect.js'
 import {checkRoot} from '../coordination/controller.js'
@@ -29,7 +29,7 @@ as Gym's own collector lays it out, so either can resume the other's run.\n\n${f
     ...fleetFlags,
     input: Flags.string({summary: 'Input rows, one Gym run body per line (JSONL).', required: true}),
     output: Flags.string({summary: 'Results file, one finished row per line (JSONL), appended as rows finish.', required: true}),
-    root: Flags.string({summary: 'Collection root: dispatch log, checkpoints, LATEST.', required: true}),
+    root: rootFlag('Collection root: dispatch log, checkpoints, LATEST'),
     agent: Flags.string({summary: 'Server that takes /run (default: the only environment server).'}),
     concurrency: Flags.integer({summary: '/run calls in flight at most; 1 to 4096.', default: 64, min: 1, max: 4096}),
     'checkpoint-every': Flags.string({summary: 'Checkpoint period: 90, 90s, 5m, 1h, or off.', default: '5m'}),
@@ -58,7 +58,7 @@ as Gym's own collector lays it out, so either can resume the other's run.\n\n${f
       throw new ControllerError('input', (err as Error).message)
     }
     const rows = await readRows(f.input).catch(asInput)
-    const root = await checkRoot(f.root)
+    const root = await checkRoot(await this.rootDir(f.root))
     const {coordinator, discovery} = await this.connect()
     const target = f.agent
       ? [...discovery.participants, ...discovery.skipped.map((s) => ({server: s.name, url: s.url, kind: 'none'}))].find((p) => p.server === f.agent)

@@ -1,6 +1,6 @@
 import {Flags} from '@oclif/core'
 
-import {checkpointId} from '../cli/flags.js'
+import {checkpointId, rootFlag} from '../cli/flags.js'
 import {BaseCommand, fleetFlags, timeoutFlag, fleetExitCodes} from '../cli/base.js'
 import {readEpisodes} from '../cli/inputs.js'
 import {commitJson, keys, note, warn} from '../cli/output.js'
@@ -24,7 +24,7 @@ Episodes: one per line as r, r-a2, r@2 or {"rollout_id":"r","attempt":2}; or a J
   ]
   static override flags = {
     ...fleetFlags,
-    root: Flags.string({summary: 'Checkpoint root; the checkpoint goes to ROOT/ID.', required: true}),
+    root: rootFlag(),
     id: checkpointId({summary: 'Checkpoint ID (default: the one every participant is prepared under).'}),
     episodes: Flags.string({summary: "File of the episodes the controller continues ('-' for stdin)."}),
     'no-publish': Flags.boolean({summary: 'Commit only; write neither gymckpt.json nor LATEST.'}),
@@ -33,7 +33,7 @@ Episodes: one per line as r, r-a2, r@2 or {"rollout_id":"r","attempt":2}; or a J
 
   async run() {
     const episodes = this.flags.episodes ? await readEpisodes(this.flags.episodes) : null
-    await checkRoot(this.flags.root)
+    const root = await checkRoot(await this.rootDir(this.flags.root))
     // Tolerant: a member that died since prepare must not leave the others closed.
     const {coordinator, discovery} = await this.connect(undefined, {tolerant: true})
     const id = this.checkpointToCommit(discovery.participants)
@@ -53,7 +53,7 @@ Episodes: one per line as r, r-a2, r@2 or {"rollout_id":"r","attempt":2}; or a J
         lost: lost.map((p) => p.server),
       }).withNext(...(down.length ? [nextStep('resume', ['--id', id])] : after.next))
     }
-    if (down.length) throw new CoordinationError('discover', down, 'every participant must answer before a commit; nothing was sent').withNext(nextStep('commit', ['--id', id, '--root', this.flags.root]))
+    if (down.length) throw new CoordinationError('discover', down, 'every participant must answer before a commit; nothing was sent').withNext(nextStep('commit', ['--id', id, ...this.rootArgs()]))
     const notPrepared = discovery.participants.filter((p) => p.status.checkpoint_id !== id || (p.status.phase !== 'prepared' && p.status.phase !== 'committed'))
     if (notPrepared.length) {
       throw new ControllerError('fleet_state', `not prepared under '${id}': ${notPrepared.map((p) => `${p.server} (${p.status.phase}${p.status.checkpoint_id ? ` of '${p.status.checkpoint_id}'` : ''})`).join(', ')}; nothing was sent`).withNext(
@@ -62,7 +62,7 @@ Episodes: one per line as r, r-a2, r@2 or {"rollout_id":"r","attempt":2}; or a J
     }
     const restarts = restartsOf(discovery.participants.map((p) => p.status.report.restarts))
     if (!episodes) warn('no --episodes: committing without a scope; every participant exports all of its live episodes')
-    const out = await commitAndPublish(coordinator, {checkpointId: id, root: this.flags.root, episodes, restarts, deadlineTs: Date.now() / 1000 + this.flags.timeout, publish: !this.flags['no-publish']}).catch((err: unknown) => {
+    const out = await commitAndPublish(coordinator, {checkpointId: id, root, episodes, restarts, deadlineTs: Date.now() / 1000 + this.flags.timeout, publish: !this.flags['no-publish']}).catch((err: unknown) => {
       if (err instanceof ControllerError && err.next.length === 0) err.withNext(nextStep('resume', ['--id', id]))
       throw err
     })
@@ -76,11 +76,16 @@ Episodes: one per line as r, r-a2, r@2 or {"rollout_id":"r","attempt":2}; or a J
     return {...commitJson(out), next}
   }
 
+  /** --root as given (a root from GYMCKPT_ROOT or the config is found again by the pasted line). */
+  private rootArgs(): string[] {
+    return this.flags.root ? ['--root', this.flags.root] : []
+  }
+
   /** The checkpoint the participants are prepared under (or --id), with the real problem when none is. */
   private checkpointToCommit(ps: DiscoveredParticipant[]): string {
     const open = [...openCheckpoints(new Map(ps.map((p) => [p.server, p.status]))).keys()]
     if (this.flags.id) return this.flags.id
-    if (open.length === 0) throw new ControllerError('fleet_state', 'no participant has an open checkpoint; nothing was sent. Prepare one first.').withNext(nextStep('prepare', ['--root', this.flags.root]))
+    if (open.length === 0) throw new ControllerError('fleet_state', 'no participant has an open checkpoint; nothing was sent. Prepare one first.').withNext(nextStep('prepare', this.rootArgs()))
     if (open.length > 1) throw new ControllerError('fleet_state', `participants hold different checkpoints (${open.join(', ')}); nothing was sent. Pass --id, or resume them and prepare again.`).withNext(...open.map((k) => nextStep('resume', ['--id', k])))
     return open[0]!
   }

@@ -3,7 +3,6 @@ import color from 'ansis'
 
 import {BaseCommand, fleetExitCodes, fleetFlags} from '../cli/base.js'
 import {seconds} from '../cli/flags.js'
-import {readToken} from '../cli/inputs.js'
 import {note, table} from '../cli/output.js'
 import {conformanceJson, runConformance, selectChecks} from '../coordination/conformance.js'
 import {ControllerError} from '../coordination/errors.js'
@@ -40,7 +39,7 @@ export default class Conformance extends BaseCommand<typeof Conformance> {
       return {checks}
     }
     const {coordinator, discovery} = await this.connect(undefined, {tolerant: true})
-    const token = await readToken({tokenEnv: this.flags['token-env'], tokenFile: this.flags['token-file']})
+    const token = await this.controlToken()
     const report = await runConformance({
       client: coordinator.client,
       token,

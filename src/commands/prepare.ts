@@ -1,6 +1,6 @@
 import {Flags} from '@oclif/core'
 
-import {checkpointId} from '../cli/flags.js'
+import {checkpointId, rootFlag} from '../cli/flags.js'
 import {BaseCommand, fleetFlags, timeoutFlag, fleetExitCodes} from '../cli/base.js'
 import {keys, note} from '../cli/output.js'
 import {checkRoot, prepareOrAbort} from '../coordination/controller.js'
@@ -18,11 +18,12 @@ closed until 'commit' and 'resume'; leases end deadline + grace (Gym: 600 s) aft
     id: checkpointId({summary: 'Checkpoint ID (default: a new ckpt-<time>-<hex>). Never reuse a resumed ID.'}),
     timeout: timeoutFlag,
     'keep-closed': Flags.boolean({summary: 'When prepare misses its deadline, leave the fleet closed for inspection.'}),
-    root: Flags.string({summary: 'Checkpoint root the commit will write to; only used to print the exact commit command.'}),
+    root: rootFlag('Checkpoint root the commit will write to; checked, and used to print the exact commit command'),
   }
 
   async run() {
-    if (this.flags.root) await checkRoot(this.flags.root)
+    const root = this.flags.root ?? (await this.settings()).root?.value
+    if (root) await checkRoot(root)
     const {coordinator} = await this.connect()
     const id = this.flags.id ?? newCheckpointId()
     const deadlineTs = Date.now() / 1000 + this.flags.timeout
@@ -30,7 +31,7 @@ closed until 'commit' and 'resume'; leases end deadline + grace (Gym: 600 s) aft
     const restarts = prep.restarts()
     // commit publishes and does not resume: the resume is its own step, as in Gym's coordination.
     const next = [
-      this.nextLine(nextStep('commit', ['--id', id, '--root', this.flags.root ?? 'ROOT'])),
+      this.nextLine(nextStep('commit', ['--id', id, ...(this.flags.root ? ['--root', this.flags.root] : root ? [] : ['--root', 'ROOT'])])),
       this.nextLine(nextStep('resume', ['--id', id])),
     ]
     if (!this.jsonEnabled()) {
@@ -38,7 +39,7 @@ closed until 'commit' and 'resume'; leases end deadline + grace (Gym: 600 s) aft
       note(`prepared ${prep.replies.size} participant(s); restarts: ${keys(restarts)}`)
       note(`the fleet is closed until it is resumed (leases end ${this.flags.timeout} s + the participants' grace from now)`)
       for (const n of next) note(`next: ${n}`)
-      note(`(add --episodes FILE to the commit: the episodes you continue; Gym's policy model refuses a commit without them${this.flags.root ? '' : '; pass --root to prepare to print the exact commit line'})`)
+      note(`(add --episodes FILE to the commit: the episodes you continue; Gym's policy model refuses a commit without them${root ? '' : '; pass --root to prepare to print the exact commit line'})`)
     }
     return {checkpoint_id: id, prepared: true, deadline_ts: deadlineTs, restarts: restarts.map((e) => ({rollout_id: e.rolloutId, attempt: e.attempt})), next}
   }

@@ -1,6 +1,7 @@
 import {Args, Flags} from '@oclif/core'
 
 import {BaseCommand} from '../cli/base.js'
+import {rootFlag} from '../cli/flags.js'
 import {exitCodesHelp} from '../cli/exit-codes.js'
 import {note, table} from '../cli/output.js'
 import {ControllerError} from '../coordination/errors.js'
@@ -14,8 +15,9 @@ published checkpoints, checkpoint directories that were never published and are 
 LATEST (a newer one may be a commit in progress), and stale temp files. Leaves anything that is
 not a checkpoint directory, and every symbolic link, alone. Touches no server.\n\n${exitCodesHelp('input', 'invalid_checkpoint')}`
   static override examples = ['<%= config.bin %> prune /shared/ckpt', '<%= config.bin %> prune /shared/ckpt --keep 3 --yes --json']
-  static override args = {root: Args.string({description: 'Checkpoint root (the directory holding LATEST).', required: true})}
+  static override args = {root: Args.string({description: 'Checkpoint root, the directory holding LATEST (default: --root, GYMCKPT_ROOT, or the config context).'})}
   static override flags = {
+    root: rootFlag('Checkpoint root, instead of the positional'),
     keep: Flags.integer({summary: 'Published checkpoints to keep, newest first.', default: 2, min: 1}),
     yes: Flags.boolean({summary: 'Remove; without it, only show what would be removed.'}),
   }
@@ -23,7 +25,7 @@ not a checkpoint directory, and every symbolic link, alone. Touches no server.\n
   async run() {
     let plan
     try {
-      plan = await planPrune(this.args.root, this.flags.keep)
+      plan = await planPrune(await this.rootDir(this.args.root ?? this.flags.root), this.flags.keep)
     } catch (err) {
       if (err instanceof CheckpointStateError) throw new ControllerError('invalid_checkpoint', err.message)
       throw err

@@ -1,6 +1,6 @@
 import {Args, Flags} from '@oclif/core'
 
-import {checkpointId} from '../cli/flags.js'
+import {checkpointId, rootFlag} from '../cli/flags.js'
 import {BaseCommand, fleetFlags, timeoutFlag, fleetExitCodes} from '../cli/base.js'
 import {episodesJson, keys, note, table} from '../cli/output.js'
 import {ControllerError, CoordinationError, nextStep} from '../coordination/errors.js'
@@ -19,10 +19,11 @@ every participant is resumed, and the restore's own error is reported (exit 4). 
 continued episode next at attempt + 1; start restarts over from input at attempt + 1.
 --dry-run runs the same preflight and reports what the restore would do, exiting as it would.\n\n${fleetExitCodes('participant', 'invalid_checkpoint', 'fleet_state')}`
   static override examples = ['<%= config.bin %> restore /shared/ckpt --fleet fleet.yaml', '<%= config.bin %> restore /shared/ckpt --head http://head:11000 --dry-run --json']
-  static override args = {location: Args.string({description: 'Checkpoint root (LATEST is followed) or checkpoint directory.', required: true})}
+  static override args = {location: Args.string({description: 'Checkpoint root (LATEST is followed) or checkpoint directory (default: --root, GYMCKPT_ROOT, or the config context).'})}
   static override flags = {
     ...fleetFlags,
     id: checkpointId({summary: 'Checkpoint ID under the root (default: LATEST).'}),
+    root: rootFlag('Checkpoint root, instead of the positional'),
     'dry-run': Flags.boolean({summary: 'Run the preflight and show what the restore would do; send nothing.'}),
     'no-resume': Flags.boolean({summary: 'Leave the restored fleet closed; resume it yourself with the restore ID.', aliases: ['keep-closed']}),
     'skip-verify': Flags.boolean({summary: 'Skip the offline verification (the fleet preflight still runs).'}),
@@ -31,7 +32,7 @@ continued episode next at attempt + 1; start restarts over from input at attempt
 
   async run() {
     const {coordinator} = await this.connect()
-    const opts = {location: this.args.location, checkpointId: this.flags.id, timeoutS: this.flags.timeout, skipVerify: this.flags['skip-verify'], keepClosed: this.flags['no-resume'], log: note}
+    const opts = {location: await this.rootDir(this.args.location ?? this.flags.root), checkpointId: this.flags.id, timeoutS: this.flags.timeout, skipVerify: this.flags['skip-verify'], keepClosed: this.flags['no-resume'], log: note}
     if (this.flags['dry-run']) {
       const plan = await planRestore(coordinator, opts)
       if (!this.jsonEnabled()) this.render(plan, true)

@@ -1,7 +1,7 @@
 import {Args} from '@oclif/core'
 import color from 'ansis'
 
-import {checkpointId} from '../cli/flags.js'
+import {checkpointId, rootFlag} from '../cli/flags.js'
 import {BaseCommand} from '../cli/base.js'
 import {exitCodesHelp} from '../cli/exit-codes.js'
 import {note, table} from '../cli/output.js'
@@ -21,13 +21,13 @@ are counted per participant: IN_SCOPE records are what a restore installs, OUTSI
 are verified and skipped, SCOPE_WITHOUT_RECORD counts scope episodes the participant held nothing
 for. Exit 6 on any error.\n\n${exitCodesHelp('input', 'invalid_checkpoint')}`
   static override examples = ['<%= config.bin %> verify /shared/ckpt', '<%= config.bin %> verify /shared/ckpt --id ckpt-20261202T120000-1a2b3c4d --json']
-  static override args = {location: Args.string({description: 'Checkpoint root or checkpoint directory.', required: true})}
-  static override flags = {id: checkpointId({summary: 'Checkpoint ID under the root (default: LATEST).'})}
+  static override args = {location: Args.string({description: 'Checkpoint root or checkpoint directory (default: --root, GYMCKPT_ROOT, or the config context).'})}
+  static override flags = {id: checkpointId({summary: 'Checkpoint ID under the root (default: LATEST).'}), root: rootFlag('Checkpoint root, instead of the positional')}
 
   async run() {
     let report
     try {
-      report = await verifyCheckpoint(this.args.location, {id: this.flags.id})
+      report = await verifyCheckpoint(await this.rootDir(this.args.location ?? this.flags.root), {id: this.flags.id})
     } catch (err) {
       if (err instanceof CheckpointStateError) throw new ControllerError('invalid_checkpoint', err.message)
       throw err

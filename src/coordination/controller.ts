@@ -195,9 +195,12 @@ export async function commitAndPublish(c: Coordinator, plan: CommitPlan): Promis
   for (const r of replies.values()) for (const k of r.episode_ids) committed.add(k)
   const restartKeys = new Set(plan.restarts.map(captureKey))
   const awaitedRuns = plan.tracker ? await plan.tracker.waitForReplies(new Set([...committed, ...restartKeys]), plan.deadlineTs * 1000, c.signal) : []
-  // A /run that replied after prepare is done, not continued: the rollout set is built after it.
-  const replied = new Set(awaitedRuns.map(captureKey))
-  const continued = (scope ?? [...committed].sort().map(fromCaptureKey)).filter((e) => !replied.has(captureKey(e)))
+  // A /run that replied after prepare is done, not continued: the rollout set is built after it,
+  // from the candidates still open now. That drops the awaited replies, and also a reply that
+  // arrived during the commit fan-out (before the wait began), or a /run refused with
+  // admission_closed (it never ran): neither may be restored and run again.
+  const open = plan.tracker ? new Set(plan.tracker.candidates().map(captureKey)) : null
+  const continued = (scope ?? [...committed].sort().map(fromCaptureKey)).filter((e) => open === null || open.has(captureKey(e)))
   const restarted = plan.episodes ? plan.episodes.filter((e) => restartKeys.has(captureKey(e))) : plan.restarts
   const publish = plan.publish ?? true
   if (publish) {

@@ -1,6 +1,6 @@
 import http from 'node:http'
 import {AddressInfo} from 'node:net'
-import {readdir, rm} from 'node:fs/promises'
+import {readFile, readdir, rm} from 'node:fs/promises'
 import path from 'node:path'
 
 import {describe, expect, it} from 'vitest'
@@ -211,6 +211,26 @@ describe('checkpoint: failures always end resumed, nothing half-published', () =
     await k.stop()
     expect((await control(fleet.server('env').url, 'status')).json.lease_expires_at).toBeGreaterThan(before + 50)
     await resume(c, 'c1', soon())
+  })
+
+  it('a /run that replies while the commit fan-out runs is complete, not continued (found by the model-based test)', async () => {
+    const fleet = await startFleet({members: FULL})
+    const c = await coordinatorFor(fleet)
+    const tracker = new RunTracker()
+    let reply!: () => void
+    tracker.track({rolloutId: 'quick', attempt: 0}, new Promise<void>((r) => (reply = r)))
+    // The commit takes 200 ms; the reply lands 50 ms into it, before the wait for replies starts.
+    fleet.server('policy').faults.add('commit', {type: 'delay', ms: 200})
+    const root = await tempDir()
+    const p = checkpoint(c, {root, tracker, timeoutS: 10})
+    await waitFor(() => fleet.servers.some((s) => s.journal.some((j) => j.route === 'commit')), 5000, 'the commit')
+    await new Promise((r) => setTimeout(r, 50))
+    reply()
+    const out = await p
+    expect(out.awaitedRuns).toEqual([])
+    expect(out.continued).toEqual([])
+    const manifest = JSON.parse(await readFile(path.join(out.checkpointDir, 'gymckpt.json'), 'utf8'))
+    expect(manifest.continued).toEqual([])
   })
 
   it('waits for /run replies already on the wire before building the rollout set', async () => {
