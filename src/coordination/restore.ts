@@ -1,6 +1,7 @@
 import {EpisodeId, captureKey, fromWire, nextAttempt} from '../protocol/episode.js'
 import {StatusReply} from '../protocol/wire.js'
 import {CheckpointStateError} from '../storage/errors.js'
+import {RestoreOutcome, appendRestoreLog} from '../storage/restore-log.js'
 import {readCheckpointSummary, resolveCheckpoint} from '../storage/root.js'
 import {VerifyReport, verifyCheckpoint} from '../storage/verify.js'
 import type {Log} from './controller.js'
@@ -162,35 +163,65 @@ export interface RestoreResult extends RestorePlan {
  * Restores a published checkpoint into a fresh fleet, all or nothing: the preflight (refuses a
  * fleet holding work, an invalid checkpoint), then the crashed attempts of restarts are retired
  * on the fresh fleet before anything is installed (as Gym's collector does, so no harness that
- * outlived the crash is ever admitted), then the restore, then resume.
+ * outlived the crash is ever admitted), then the restore, then resume. A checkpoint resolved
+ * inside a root gets a line in ROOT/restores.jsonl whatever the outcome: 'refused' (stopped
+ * before anything was sent), 'failed' (something was sent and nothing stays restored), or
+ * 'restored' (with an error when only the resume after it failed).
  */
 export async function restoreCheckpoint(c: Coordinator, opts: RestoreOptions): Promise<RestoreResult> {
   const timeoutS = opts.timeoutS ?? 300
-  const plan = await planRestore(c, opts)
-  assertRestorable(plan)
-  // The checkpoint may have taken long to verify: look at the fleet again right before sending.
-  if (plan.verify) Object.assign(plan, await fleetPreflight(c))
-  assertRestorable(plan)
   const restoreId = newRestoreId()
-  const deadlineTs = Date.now() / 1000 + timeoutS
-  const retireFirst = [...plan.restarted, ...(opts.retireFirst ?? [])]
-  if (retireFirst.length) {
-    await retire(c, restoreId, retireFirst, deadlineTs).catch((err: unknown) => {
-      if (c.signal?.aborted) throw new ControllerError('interrupted', `interrupted while retiring the restarts before restore '${restoreId}'; nothing was restored`)
-      if (err instanceof CoordinationError) throw new CoordinationError('retire', err.failures, `retiring the crashed attempts of restarts before the restore failed; nothing was restored`)
-      throw err
-    })
+  const startedAt = new Date().toISOString()
+  // Resolved once, so the restore and its log line name the same checkpoint even if LATEST moves.
+  // An unresolvable location is left to planRestore, which reports it (and nothing is logged).
+  const resolved = await resolveCheckpoint(opts.location, opts.checkpointId).catch(() => null)
+  const record = async (outcome: RestoreOutcome, err: unknown): Promise<void> => {
+    if (!resolved?.root) return
+    const entry = {
+      restore_id: restoreId,
+      time: startedAt,
+      checkpoint_id: resolved.checkpointId,
+      checkpoint_dir: resolved.checkpointDir,
+      outcome,
+      error: err === undefined ? null : err instanceof Error ? err.message : String(err),
+      participants: c.participants.length,
+    }
+    // The restore's own outcome always wins: a log that cannot be written is only a warning.
+    await appendRestoreLog(resolved.root, entry).catch((e: unknown) => opts.log?.(`warning: restore '${restoreId}' ${outcome}, but it was not recorded: ${(e as Error).message}`))
   }
-  const out = await restore(c, restoreId, plan.checkpointDir, plan.continued, deadlineTs, opts.log)
-  let resumed = false
-  if (!opts.keepClosed) {
-    await resume(c, restoreId, deadlineTs).catch((err: unknown) => {
-      const detail = err instanceof CoordinationError ? err.failures.map((f) => `${f.server}: ${failureMessage(f)}`).join('; ') : (err as Error).message
-      throw new ControllerError('participant', `restore '${restoreId}' of '${plan.checkpointId}' succeeded everywhere, but resuming it failed: ${detail}. Resume it again with its restore ID.`, {
-        restore_id: restoreId,
+  let outcome: RestoreOutcome = 'refused'
+  try {
+    const plan = await planRestore(c, resolved?.root ? {...opts, checkpointId: resolved.checkpointId} : opts)
+    assertRestorable(plan)
+    // The checkpoint may have taken long to verify: look at the fleet again right before sending.
+    if (plan.verify) Object.assign(plan, await fleetPreflight(c))
+    assertRestorable(plan)
+    outcome = 'failed'
+    const deadlineTs = Date.now() / 1000 + timeoutS
+    const retireFirst = [...plan.restarted, ...(opts.retireFirst ?? [])]
+    if (retireFirst.length) {
+      await retire(c, restoreId, retireFirst, deadlineTs).catch((err: unknown) => {
+        if (c.signal?.aborted) throw new ControllerError('interrupted', `interrupted while retiring the restarts before restore '${restoreId}'; nothing was restored`)
+        if (err instanceof CoordinationError) throw new CoordinationError('retire', err.failures, `retiring the crashed attempts of restarts before the restore failed; nothing was restored`)
+        throw err
       })
-    })
-    resumed = true
+    }
+    const out = await restore(c, restoreId, plan.checkpointDir, plan.continued, deadlineTs, opts.log)
+    outcome = 'restored'
+    let resumed = false
+    if (!opts.keepClosed) {
+      await resume(c, restoreId, deadlineTs).catch((err: unknown) => {
+        const detail = err instanceof CoordinationError ? err.failures.map((f) => `${f.server}: ${failureMessage(f)}`).join('; ') : (err as Error).message
+        throw new ControllerError('participant', `restore '${restoreId}' of '${plan.checkpointId}' succeeded everywhere, but resuming it failed: ${detail}. Resume it again with its restore ID.`, {
+          restore_id: restoreId,
+        })
+      })
+      resumed = true
+    }
+    await record('restored', undefined)
+    return {...plan, restoreId, restoredByServer: Object.fromEntries([...out.replies].map(([s, r]) => [s, r.restored])), resumed}
+  } catch (err) {
+    await record(outcome, err)
+    throw err
   }
-  return {...plan, restoreId, restoredByServer: Object.fromEntries([...out.replies].map(([s, r]) => [s, r.restored])), resumed}
 }
