@@ -31,6 +31,16 @@ function session(p: SimDownstream, key: string, extra: Partial<{restart: boolean
   p.sessions.set(key, {ep: {rolloutId, attempt: a}, chain: `chain-${key}`, calls: 1, restart: extra.restart ?? false, restored: extra.restored ?? false})
 }
 
+/** The ControlError a call rejects with. */
+async function failure(p: Promise<unknown>): Promise<ControlError> {
+  const e = await p.then(
+    () => null,
+    (err: unknown) => err,
+  )
+  if (!(e instanceof ControlError)) throw new Error(`expected a ControlError, got ${String(e)}`)
+  return e
+}
+
 async function code(p: Promise<unknown>): Promise<string> {
   const e = await p.then(
     () => null,
@@ -187,10 +197,10 @@ describe('commit', () => {
     await cp.prepare({checkpoint_id: 'a', deadline_ts: soon()})
     p.stuckBlockers = ['late']
     const dir = await tempDir()
-    const e1 = await cp.commit({checkpoint_id: 'a', deadline_ts: soon(), checkpoint_dir: dir}).catch((e: ControlError) => e)
+    const e1 = await failure(cp.commit({checkpoint_id: 'a', deadline_ts: soon(), checkpoint_dir: dir}))
     expect([e1.code, e1.message]).toEqual(['export_failed', 'participant is no longer ready to commit: blockers=["late"]; resume, then prepare again under a new checkpoint ID'])
     p.stuckBlockers = []
-    const e2 = await cp.commit({checkpoint_id: 'a', deadline_ts: soon(), checkpoint_dir: dir}).catch((e: ControlError) => e)
+    const e2 = await failure(cp.commit({checkpoint_id: 'a', deadline_ts: soon(), checkpoint_dir: dir}))
     expect(e2.code).toBe('export_failed')
     expect(e2.message).toContain("checkpoint 'a' cannot be committed (participant is no longer ready")
     expect(await readdir(dir)).toEqual([])
@@ -206,7 +216,7 @@ describe('commit', () => {
       throw new Error('disk gone')
     }
     const dir = await tempDir()
-    const e = await cp.commit({checkpoint_id: 'a', deadline_ts: soon(), checkpoint_dir: dir}).catch((x: ControlError) => x)
+    const e = await failure(cp.commit({checkpoint_id: 'a', deadline_ts: soon(), checkpoint_dir: dir}))
     expect([e.code, e.message]).toEqual(['export_failed', "checkpoint 'a' export failed: disk gone; resume, then prepare again under a new checkpoint ID"])
   })
 
@@ -216,9 +226,7 @@ describe('commit', () => {
     session(p, 'rs', {restart: true})
     await cp.prepare({checkpoint_id: 'a', deadline_ts: soon()})
     const dir = await tempDir()
-    const e = await cp
-      .commit({checkpoint_id: 'a', deadline_ts: soon(), checkpoint_dir: dir, episode_ids: [{rollout_id: 'rs', attempt: 0}, {rollout_id: 'ok', attempt: 0}]})
-      .catch((x: ControlError) => x)
+    const e = await failure(cp.commit({checkpoint_id: 'a', deadline_ts: soon(), checkpoint_dir: dir, episode_ids: [{rollout_id: 'rs', attempt: 0}, {rollout_id: 'ok', attempt: 0}]}))
     expect([e.code, e.message]).toEqual(['restart_in_scope', 'the commit scope names episodes that restart: ["rs"]'])
     const r = await cp.commit({checkpoint_id: 'a', deadline_ts: soon(), checkpoint_dir: dir, episode_ids: [{rollout_id: 'ok', attempt: 0}]})
     expect(r).toMatchObject({phase: 'committed', episode_ids: ['ok']})
@@ -320,7 +328,7 @@ describe('restore', () => {
     const {p, cp} = make()
     session(p, 'live')
     const dir = await checkpointOf(['a'])
-    const e = await cp.restore({checkpoint_id: 'rs', deadline_ts: soon(), checkpoint_dir: dir, episode_ids: []}).catch((x: ControlError) => x)
+    const e = await failure(cp.restore({checkpoint_id: 'rs', deadline_ts: soon(), checkpoint_dir: dir, episode_ids: []}))
     expect([e.status, e.code, e.message]).toEqual([409, 'checkpoint_error', 'model restore requires a process without live episodes'])
   })
 
@@ -386,9 +394,9 @@ describe('resume and the fence', () => {
 describe('retire and forget', () => {
   it('marks every rollout at its highest attempt, before the deadline check; a late retire still refuses the attempt', async () => {
     const {cp} = make()
-    const e = await cp
-      .retire({checkpoint_id: 'r', deadline_ts: Date.now() / 1000 - 1, episode_ids: [{rollout_id: 'x', attempt: 2}, {rollout_id: 'x', attempt: 1}, {rollout_id: 'y', attempt: 0}]})
-      .catch((err: ControlError) => err)
+    const e = await failure(
+      cp.retire({checkpoint_id: 'r', deadline_ts: Date.now() / 1000 - 1, episode_ids: [{rollout_id: 'x', attempt: 2}, {rollout_id: 'x', attempt: 1}, {rollout_id: 'y', attempt: 0}]}),
+    )
     expect([e.code, e.message]).toEqual(['deadline_exceeded', 'retire deadline passed before its episodes were stopped'])
     expect([...cp.retired]).toEqual([
       ['x', 2],
@@ -424,14 +432,16 @@ describe('retire and forget', () => {
   it('a retire whose work outlives the deadline aborts it and says so', async () => {
     const {p, cp} = make()
     let aborted: unknown = null
-    p.retire = (_e, signal) =>
-      new Promise((_r, reject) =>
+    // The Participant interface passes an abort signal (SimDownstream's own retire ignores it).
+    const retire = (_e: unknown, signal: AbortSignal) =>
+      new Promise<void>((_r, reject) =>
         signal.addEventListener('abort', () => {
           aborted = signal.reason
           reject(signal.reason)
         }),
       )
-    const e = await cp.retire({checkpoint_id: 'r', deadline_ts: soon(0.2), episode_ids: [{rollout_id: 'a', attempt: 0}]}).catch((x: ControlError) => x)
+    p.retire = retire as unknown as SimDownstream['retire']
+    const e = await failure(cp.retire({checkpoint_id: 'r', deadline_ts: soon(0.2), episode_ids: [{rollout_id: 'a', attempt: 0}]}))
     expect([e.code, e.message]).toEqual(['deadline_exceeded', 'retire deadline passed before its episodes stopped; retry the retire'])
     expect((aborted as Error).message).toBe('retire deadline passed')
   })
@@ -439,7 +449,7 @@ describe('retire and forget', () => {
   it('forget drops the marks it names, counts what it was sent, and refuses a passed deadline before dropping anything', async () => {
     const {cp} = make()
     await cp.retire({checkpoint_id: 'r', deadline_ts: soon(), episode_ids: [{rollout_id: 'a', attempt: 0}, {rollout_id: 'b', attempt: 0}]})
-    const e = await cp.forget({checkpoint_id: 'f', deadline_ts: Date.now() / 1000 - 1, rollout_ids: ['a']}).catch((x: ControlError) => x)
+    const e = await failure(cp.forget({checkpoint_id: 'f', deadline_ts: Date.now() / 1000 - 1, rollout_ids: ['a']}))
     expect([e.code, e.message]).toEqual(['deadline_exceeded', 'forget deadline passed'])
     expect(cp.retired.size).toBe(2)
     expect(await cp.forget({checkpoint_id: 'f', deadline_ts: soon(), rollout_ids: ['a', 'zz']})).toEqual({forgotten_count: 2})
