@@ -12,7 +12,11 @@ import {EXIT, ExitName, exitCodesHelp} from './exit-codes.js'
 import {seconds} from './flags.js'
 import {DEFAULT_TOKEN_ENV, readToken} from './inputs.js'
 import {FleetFlagValues, renderNext} from './next.js'
+import {warnings} from './output.js'
 import type {Settings, SettingsInput} from './config.js'
+
+/** The version of every command's --json document (the envelope and each command's fields). */
+export const JSON_SCHEMA_VERSION = 1
 
 export type BaseFlags<T extends typeof Command> = Interfaces.InferredFlags<(typeof BaseCommand)['baseFlags'] & T['flags']>
 export type BaseArgs<T extends typeof Command> = Interfaces.InferredArgs<T['args']>
@@ -141,7 +145,7 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
   }
 
   protected override toSuccessJson(result: unknown): unknown {
-    return {ok: true, ...(result as object)}
+    return {ok: true, schema_version: JSON_SCHEMA_VERSION, warnings, ...(result as object)}
   }
 
   protected override async catch(err: Error & {exitCode?: number; oclif?: {exit?: number}}): Promise<void> {
@@ -168,7 +172,7 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
     err.message = oneLine(err.message)
     const next = err instanceof ControllerError ? err.next.map((s) => this.nextLine(s)) : []
     if (this.jsonEnabled()) {
-      this.logJson({ok: false, error: {code: name, exit_code: code, message: err.message, ...(details === undefined ? {} : {details}), ...(next.length ? {next} : {})}})
+      this.logJson({ok: false, schema_version: JSON_SCHEMA_VERSION, warnings, error: {code: name, exit_code: code, message: err.message, ...(details === undefined ? {} : {details}), ...(next.length ? {next} : {})}})
     } else {
       process.stderr.write(`${color.red('error:')} ${err.message}\n`)
       for (const n of next) process.stderr.write(`next: ${n}\n`)

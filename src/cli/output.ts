@@ -23,7 +23,11 @@ export function note(msg: string): void {
   process.stderr.write(`${msg}\n`)
 }
 
+/** Every warning of this process, for the `warnings` array of the --json envelope. */
+export const warnings: string[] = []
+
 export function warn(msg: string): void {
+  warnings.push(msg)
   process.stderr.write(`${color.yellow('warning:')} ${msg}\n`)
 }
 

@@ -19,6 +19,6 @@ does a fleet without a policy model.\n\n${fleetExitCodes()}`
       this.log(table(participants, ['server', 'kind', 'instance', 'phase', 'url']))
       if (discovery.skipped.length) note(`not participants (404): ${discovery.skipped.map((s) => s.name).join(', ')}`)
     }
-    return {participants, skipped: discovery.skipped}
+    return {participants, skipped: discovery.skipped.map((s) => ({server: s.name, url: s.url}))}
   }
 }

@@ -123,7 +123,7 @@ export async function prepareOrAbort(c: Coordinator, id: string, deadlineTs: num
   const list = Object.entries(blockers)
     .map(([s, b]) => `${s}: ${b.blockerCount} (${b.blockers.slice(0, 5).join(', ')}${b.blockerCount > 5 ? ', …' : ''})`)
     .join('; ')
-  const details = {checkpoint_id: id, blockers, not_reached: prep.notReached}
+  const details = {checkpoint_id: id, blockers: Object.fromEntries(Object.entries(blockers).map(([s, b]) => [s, {blockers: b.blockers, blocker_count: b.blockerCount}])), not_reached: prep.notReached}
   if (opts.keepClosed) {
     throw new ControllerError('not_prepared', `checkpoint '${id}' was not prepared before its deadline; blockers: ${list}. The fleet is left closed for inspection: resume '${id}' when done.`, details).withNext(
       nextStep('status'),
