@@ -1,0 +1,83 @@
+import {readFile, readdir} from 'node:fs/promises'
+import path from 'node:path'
+import {fileURLToPath} from 'node:url'
+
+import {describe, expect, it} from 'vitest'
+
+/**
+ * The layering of ../shared/DESIGN.md as a test: commands → cli → coordination / storage →
+ * protocol; control-plane → storage / protocol. Only the shell (commands, cli) imports oclif,
+ * ansis or listr2; coordination never imports the test double; protocol imports no other layer.
+ */
+const SRC = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../src')
+
+const LAYERS = ['commands', 'cli', 'coordination', 'storage', 'protocol', 'control-plane', 'demo'] as const
+type Layer = (typeof LAYERS)[number]
+
+/** Which layers each layer may import. */
+const ALLOWED: Record<Layer, Layer[]> = {
+  commands: ['cli', 'coordination', 'storage', 'protocol', 'control-plane', 'demo'],
+  cli: ['coordination', 'storage', 'protocol'],
+  coordination: ['storage', 'protocol'],
+  storage: ['protocol'],
+  protocol: [],
+  'control-plane': ['storage', 'protocol'],
+  demo: ['coordination', 'storage', 'protocol', 'control-plane'],
+}
+const SHELL_ONLY = ['@oclif/core', 'ansis', 'listr2']
+
+async function sources(): Promise<{file: string; layer: Layer; imports: string[]}[]> {
+  const out: {file: string; layer: Layer; imports: string[]}[] = []
+  const walk = async (dir: string): Promise<void> => {
+    for (const e of await readdir(dir, {withFileTypes: true})) {
+      const p = path.join(dir, e.name)
+      if (e.isDirectory()) await walk(p)
+      else if (e.name.endsWith('.ts')) {
+        const rel = path.relative(SRC, p)
+        const layer = rel.split(path.sep)[0] as Layer
+        const text = await readFile(p, 'utf8')
+        // Static imports, re-exports and dynamic imports alike.
+        const imports = [...text.matchAll(/(?:from\s+|import\s*\(\s*|import\s+)'([^']+)'/g)].map((m) => m[1]!)
+        out.push({file: rel, layer, imports})
+      }
+    }
+  }
+  await walk(SRC)
+  return out
+}
+
+function layerOf(fromFile: string, spec: string): Layer | null {
+  if (!spec.startsWith('.')) return null
+  const target = path.relative(SRC, path.resolve(SRC, path.dirname(fromFile), spec))
+  return target.split(path.sep)[0] as Layer
+}
+
+describe('layering (DESIGN.md)', () => {
+  it('every source file lives in a known layer', async () => {
+    const files = await sources()
+    expect(files.length).toBeGreaterThan(30)
+    expect(files.filter((f) => !(LAYERS as readonly string[]).includes(f.layer) && !f.file.endsWith('index.ts')).map((f) => f.file)).toEqual([])
+  })
+
+  it('each layer imports only the layers below it', async () => {
+    const bad: string[] = []
+    for (const f of await sources()) {
+      if (!(LAYERS as readonly string[]).includes(f.layer)) continue
+      for (const spec of f.imports) {
+        const to = layerOf(f.file, spec)
+        if (to && to !== f.layer && !ALLOWED[f.layer].includes(to)) bad.push(`${f.file} imports ${spec} (${f.layer} → ${to})`)
+      }
+    }
+    expect(bad).toEqual([])
+  })
+
+  it('only commands and cli import oclif, ansis or listr2', async () => {
+    const bad = (await sources()).flatMap((f) => (f.layer === 'commands' || f.layer === 'cli' ? [] : f.imports.filter((i) => SHELL_ONLY.some((s) => i === s || i.startsWith(`${s}/`))).map((i) => `${f.file} imports ${i}`)))
+    expect(bad).toEqual([])
+  })
+
+  it('the rule can fail: a coordination file importing the double is caught', () => {
+    expect(layerOf('coordination/x.ts', '../control-plane/fleet.js')).toBe('control-plane')
+    expect(ALLOWED.coordination).not.toContain('control-plane')
+  })
+})
