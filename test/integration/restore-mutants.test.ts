@@ -1,0 +1,226 @@
+// The restore preflight and restore (src/coordination/restore.ts): every reason a fleet is not
+// fresh, every refusal, and the failures after the preflight (issue 12).
+import path from 'node:path'
+
+import {describe, expect, it} from 'vitest'
+
+import {ControllerError, CoordinationError} from '../../src/coordination/errors.js'
+import {commit, prepare, resume} from '../../src/coordination/operations.js'
+import {RestorePlan, assertRestorable, planRestore, restoreBlockers, restoreCheckpoint} from '../../src/coordination/restore.js'
+import {episode} from '../../src/protocol/episode.js'
+import {StatusReply} from '../../src/protocol/wire.js'
+import {FORMAT_VERSION, publishLatest, writeControllerManifest} from '../../src/storage/root.js'
+import {FULL, coordinatorFor, soon, startFleet} from '../helpers/fleet.js'
+import {tempDir} from '../helpers/tmp.js'
+
+const fresh = (over: Partial<StatusReply> = {}, report: Partial<StatusReply['report']> = {}): StatusReply =>
+  ({
+    kind: 'model',
+    instance: 'm',
+    phase: 'idle',
+    checkpoint_id: null,
+    lease_expires_at: null,
+    retired_rollouts: 0,
+    report: {ready: true, blockers: [], counts: {}, restarts: [], ...report},
+    ...over,
+  }) as StatusReply
+
+describe('restoreBlockers', () => {
+  it('a fresh participant has none', () => {
+    expect(restoreBlockers(fresh())).toEqual([])
+    expect(restoreBlockers(fresh({}, {counts: {episodes: 0, sessions: 0, inflight: 0, held: 0, other: 5}}))).toEqual([])
+    expect(restoreBlockers(fresh({restored_pending: [], restored_generation_cuts: []} as never))).toEqual([])
+  })
+
+  it('names every reason, in order', () => {
+    const st = fresh(
+      {phase: 'prepared', checkpoint_id: 'ck', retired_rollouts: 3, restored_pending: ['a-a1', 'b-a1'], restored_generation_cuts: ['c-a1']} as never,
+      {counts: {episodes: 2, sessions: 1, inflight: 4, held: 5}, restarts: ['r1'], blockers: ['x'], blocker_count: 7},
+    )
+    expect(restoreBlockers(st)).toEqual([
+      "is in phase prepared of 'ck'",
+      'holds 2 episodes, 1 sessions, 4 inflight, 5 held',
+      'holds 2 restored episode(s) no replacement has claimed (restored_pending)',
+      'holds 1 restored episode(s) no replacement has claimed (restored_generation_cuts)',
+      'runs 1 restart(s)',
+      'reports 7 blocker(s) (work in flight)',
+      'holds 3 retired-rollout mark(s) from an earlier retire or failed restore, which would refuse replacements of those rollouts',
+    ])
+  })
+
+  it('each reason alone', () => {
+    expect(restoreBlockers(fresh({phase: 'restored'}))).toEqual(['is in phase restored'])
+    expect(restoreBlockers(fresh({checkpoint_id: 'x'}))).toEqual(["is in phase idle of 'x'"])
+    expect(restoreBlockers(fresh({}, {counts: {held: 1}}))).toEqual(['holds 1 held'])
+    expect(restoreBlockers(fresh({}, {blockers: ['a', 'b']}))).toEqual(['reports 2 blocker(s) (work in flight)'])
+    expect(restoreBlockers(fresh({}, {blockers: ['a'], blocker_count: 0}))).toEqual([])
+    expect(restoreBlockers(fresh({retired_rollouts: 1}))).toEqual([expect.stringMatching(/^holds 1 retired-rollout mark/)])
+    expect(restoreBlockers(fresh({restored_pending: 'x'} as never))).toEqual([])
+  })
+})
+
+const plan = (over: Partial<RestorePlan> = {}): RestorePlan => ({
+  checkpointId: 'ck',
+  checkpointDir: '/ck/ck',
+  continued: [],
+  replacements: [],
+  restarted: [],
+  participants: [],
+  busy: [],
+  unreachable: [],
+  verify: null,
+  manifest: 'gymckpt.json',
+  controllerState: undefined,
+  ...over,
+})
+
+describe('assertRestorable', () => {
+  it('goes ahead for a reachable, fresh fleet and a published checkpoint', () => {
+    expect(() => assertRestorable(plan())).not.toThrow()
+  })
+
+  it('refuses, in order: an unreachable participant, a busy one, a checkpoint that fails verification, one never published', () => {
+    const down = {server: 'm', status: null, code: 'connection', message: 'refused'}
+    const busy = {server: 'e', reasons: ['holds 1 episodes', 'runs 1 restart(s)']}
+    const badVerify = {ok: false, problems: [{severity: 'warning', where: 'w', message: 'just a warning'}, {severity: 'error', where: 'gym/x', message: 'broken'}]} as never
+    const e1 = (() => {
+      try {
+        assertRestorable(plan({unreachable: [down], busy: [busy], verify: badVerify, manifest: null}))
+      } catch (e) {
+        return e as CoordinationError
+      }
+    })()!
+    expect(e1).toBeInstanceOf(CoordinationError)
+    expect(e1.code).toBe('discovery')
+    expect(e1.message).toMatch(/every participant must answer before a restore; nothing was sent$/)
+    expect(() => assertRestorable(plan({busy: [busy, {server: 'a', reasons: ['x']}], verify: badVerify}))).toThrow(
+      'restore refused, nothing was sent: restore needs freshly started servers, and 2 participant(s) are not: e holds 1 episodes, runs 1 restart(s); a x. A restore there would be refused, and cleaning up after it would retire their work. Point the command at the fresh fleet, or restart these servers first.',
+    )
+    expect(() => assertRestorable(plan({verify: badVerify, manifest: null}))).toThrow('checkpoint /ck/ck failed verification, nothing was sent: gym/x: broken')
+    expect(() => assertRestorable(plan({verify: {ok: true, problems: []} as never, manifest: null}))).toThrow('/ck/ck has no controller manifest: it was never published; nothing was sent')
+    const err = (() => {
+      try {
+        assertRestorable(plan({busy: [busy]}))
+      } catch (e) {
+        return e as ControllerError
+      }
+    })()!
+    expect([err.code, err.details]).toEqual(['fleet_state', {busy: [busy]}])
+  })
+})
+
+async function checkpointed() {
+  const fleet = await startFleet({members: FULL})
+  const c = await coordinatorFor(fleet)
+  const root = await tempDir()
+  const run = fleet.run({rolloutId: 'e1', steps: 4, stepMs: 40})
+  await new Promise((r) => setTimeout(r, 60))
+  await prepare(c, 'ck-1', soon())
+  const dir = path.join(root, 'ck-1')
+  const replies = await commit(c, 'ck-1', dir, [episode('e1')], soon())
+  await writeControllerManifest(dir, {
+    format_version: FORMAT_VERSION,
+    checkpoint_id: 'ck-1',
+    created_at: 1,
+    continued: [{rollout_id: 'e1', attempt: 0}],
+    restarted: [{rollout_id: 'gone', attempt: 0}],
+    participants: c.participants.map((p) => ({server: p.server, kind: p.kind, instance: p.instance, manifest: replies.get(p.server)!.manifest, episode_ids: []})),
+    controller_state: {note: 1},
+  })
+  await publishLatest(root, 'ck-1')
+  await resume(c, 'ck-1', soon())
+  await run
+  const target = await startFleet({members: FULL})
+  return {root, dir, target, tc: await coordinatorFor(target)}
+}
+
+describe('planRestore and restoreCheckpoint', () => {
+  it('the plan counts what each participant installs and skips, and carries the manifest', async () => {
+    const {root, dir, tc} = await checkpointed()
+    const p = await planRestore(tc, {location: root})
+    expect(p).toMatchObject({
+      checkpointId: 'ck-1',
+      checkpointDir: dir,
+      continued: [{rolloutId: 'e1', attempt: 0}],
+      replacements: [{rolloutId: 'e1', attempt: 1}],
+      restarted: [{rolloutId: 'gone', attempt: 0}],
+      busy: [],
+      unreachable: [],
+      manifest: 'gymckpt.json',
+      controllerState: {note: 1},
+    })
+    expect(p.participants.map((x) => [x.server, x.records, x.install, x.skip])).toEqual([
+      ['env', 1, 1, 0],
+      ['policy', 1, 1, 0],
+      ['agent', 1, 1, 0],
+      ['res', 1, 1, 0],
+    ])
+    const skipped = await planRestore(tc, {location: root, skipRollouts: new Set(['e1'])})
+    expect(skipped.continued).toEqual([])
+    expect(skipped.participants.map((x) => [x.install, x.skip])).toEqual([
+      [0, 1],
+      [0, 1],
+      [0, 1],
+      [0, 1],
+    ])
+    const noVerify = await planRestore(tc, {location: root, skipVerify: true})
+    expect(noVerify.verify).toBeNull()
+    expect(noVerify.participants.map((x) => x.records)).toEqual([null, null, null, null])
+    await expect(planRestore(tc, {location: path.join(root, 'nope')})).rejects.toMatchObject({code: 'invalid_checkpoint'})
+  })
+
+  it('retires the crashed attempts of restarts first, restores, resumes, and reports what each installed', async () => {
+    const {root, target, tc} = await checkpointed()
+    const r = await restoreCheckpoint(tc, {location: root, retireFirst: [episode('later', 2)]})
+    expect(r.resumed).toBe(true)
+    expect(r.restoredByServer).toEqual({env: ['e1-a1'], policy: ['e1-a1'], agent: ['e1-a1'], res: ['e1-a1']})
+    for (const s of target.servers.filter((x) => x.controlPlane)) {
+      expect(s.controlPlane!.retired.get('gone'), s.name).toBe(0)
+      expect(s.controlPlane!.retired.get('later'), s.name).toBe(2)
+      expect(s.controlPlane!.phase, s.name).toBe('idle')
+      const routes = s.journal.map((j) => j.route).filter((x) => x !== 'status')
+      expect(routes, s.name).toEqual(['retire', 'restore', 'resume'])
+      expect(JSON.parse(s.journal.find((j) => j.route === 'retire')!.body).checkpoint_id).toBe(r.restoreId)
+    }
+  })
+
+  it('keepClosed leaves the restored fleet closed under the restore ID', async () => {
+    const {root, target, tc} = await checkpointed()
+    const r = await restoreCheckpoint(tc, {location: root, keepClosed: true})
+    expect(r.resumed).toBe(false)
+    expect(target.server('env').controlPlane!.phase).toBe('restored')
+    await resume(tc, r.restoreId, soon())
+  })
+
+  it('a retire of the restarts that fails stops before anything is restored', async () => {
+    const {root, target, tc} = await checkpointed()
+    target.server('agent').faults.add('retire', {type: 'status', status: 500})
+    const err = (await restoreCheckpoint(tc, {location: root}).catch((e: unknown) => e)) as CoordinationError
+    expect(err).toBeInstanceOf(CoordinationError)
+    expect(err.operation).toBe('retire')
+    expect(err.message).toMatch(/retiring the crashed attempts of restarts before the restore failed; nothing was restored$/)
+    for (const s of target.servers) expect(s.journal.some((j) => j.route === 'restore'), s.name).toBe(false)
+  })
+
+  it('a resume that fails after a restore that succeeded names the restore ID to resume with', async () => {
+    const {root, target, tc} = await checkpointed()
+    target.server('res').faults.add('resume', {type: 'status', status: 500})
+    const err = (await restoreCheckpoint(tc, {location: root}).catch((e: unknown) => e)) as ControllerError
+    expect(err).toBeInstanceOf(ControllerError)
+    expect(err.code).toBe('participant')
+    expect(err.message).toMatch(/^restore 'restore-[0-9a-f]+' of 'ck-1' succeeded everywhere, but resuming it failed: res: HTTP 500 .*Resume it again with its restore ID\.$/)
+    expect(err.details).toEqual({restore_id: expect.stringMatching(/^restore-/)})
+  })
+
+  it('a fleet that became busy after the verification is refused before anything is sent', async () => {
+    const {root, target, tc} = await checkpointed()
+    // The second preflight sees the environment running an episode.
+    const run = target.run({rolloutId: 'busy', steps: 50, stepMs: 50})
+    await new Promise((r) => setTimeout(r, 100))
+    const err = (await restoreCheckpoint(tc, {location: root}).catch((e: unknown) => e)) as ControllerError
+    expect(err.code).toBe('fleet_state')
+    for (const s of target.servers) expect(s.journal.some((j) => j.route === 'restore' || j.route === 'retire'), s.name).toBe(false)
+    await target.server('env').controlPlane!.retire({checkpoint_id: 'x', deadline_ts: soon(), episode_ids: [{rollout_id: 'busy', attempt: 0}]})
+    await run
+  })
+})
