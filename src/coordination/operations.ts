@@ -1,4 +1,4 @@
-import {EpisodeId, fromCaptureKey, nextAttempt, sameEpisode, toWire} from '../protocol/episode.js'
+import {EpisodeId, fromCaptureKey, nextAttempt, toWire} from '../protocol/episode.js'
 import {Kind, Operation, PrepareReply, ReplyOf, StatusReply} from '../protocol/wire.js'
 import {ControlClient} from './client.js'
 import {KIND_ORDER, Participant, sortParticipants} from './discover.js'
@@ -95,9 +95,16 @@ export function restartsOf(lists: string[][]): EpisodeId[] {
   return out
 }
 
+/** `episodes` in their order (duplicates kept) minus every restart: one Set lookup per episode. */
 export function continuedOf(episodes: EpisodeId[], restarts: EpisodeId[]): EpisodeId[] {
-  return episodes.filter((e) => !restarts.some((r) => sameEpisode(r, e)))
+  if (restarts.length === 0) return episodes.slice()
+  const out = new Set<string>()
+  for (const r of restarts) out.add(episodeKey(r))
+  return episodes.filter((e) => !out.has(episodeKey(e)))
 }
+
+// Unambiguous whatever the rollout ID holds: the attempt is digits, so the first ':' ends it.
+const episodeKey = (e: EpisodeId): string => `${e.attempt}:${e.rolloutId}`
 
 /** Prepares stage by stage (environment, model, agent, resources), stopping at the first not ready. */
 export async function prepare(c: Coordinator, checkpointId: string, deadlineTs: number): Promise<PrepareResult> {
