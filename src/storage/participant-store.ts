@@ -88,32 +88,54 @@ async function writeInner(opts: WriteStateOptions, lines: Iterable<string | Buff
     } catch (err) {
       throw new CheckpointStateError(`cannot write checkpoint state under ${dir}: ${(err as Error).message}`)
     }
+    const sync = Symbol.iterator in lines
+    const it = sync ? (lines as Iterable<string | Buffer>)[Symbol.iterator]() : (lines as AsyncIterable<string | Buffer>)[Symbol.asyncIterator]()
+    let done = false
     try {
-      // Lines are copied into one reused batch buffer (the caller may reuse a line's memory as
-      // soon as the next one is asked for); a line larger than the batch is written directly.
+      // A line is hashed and copied before anything awaits: it may be a view of the encoder's
+      // scratch buffer, which the next record encoded anywhere in this process overwrites (other
+      // participants of one process commit at the same time). So a sync iterable is read without
+      // `for await`, whose microtask hops let another writer encode in between. Lines go into one
+      // reused batch buffer; a line that does not fit is first copied whole into a private spill.
       const batch = Buffer.allocUnsafe(WRITE_BUFFER_BYTES)
+      let spill: Buffer | null = null
       let used = 0
-      for await (const line of lines) {
+      for (;;) {
+        const step = sync ? (it as Iterator<string | Buffer>).next() : await it.next()
+        if (step.done) {
+          done = true
+          break
+        }
+        const line = step.value
         if (opts.shouldStop?.()) throw new WriteStoppedError(label)
         const buf = typeof line === 'string' ? Buffer.from(line, 'utf8') : line
         hash.update(buf)
         hash.update(NEWLINE)
         count++
-        if (used + buf.length + 1 > batch.length) {
-          if (used) await fh.write(batch, 0, used)
-          used = 0
-          if (buf.length + 1 > batch.length) {
-            await fh.write(buf)
-            await fh.write(NEWLINE)
-            continue
-          }
+        const n = buf.length + 1
+        if (used + n <= batch.length) {
+          used += buf.copy(batch, used)
+          batch[used++] = 0x0a
+          continue
         }
-        used += buf.copy(batch, used)
-        batch[used++] = 0x0a
+        if (!spill || spill.length < n) spill = Buffer.allocUnsafe(Math.max(n, WRITE_BUFFER_BYTES))
+        buf.copy(spill, 0)
+        spill[n - 1] = 0x0a
+        // From here on the line is private: awaiting is safe.
+        if (used) await fh.write(batch, 0, used)
+        used = 0
+        if (n > batch.length) await fh.write(spill, 0, n)
+        else used = spill.copy(batch, 0, 0, n)
       }
       if (used) await fh.write(batch, 0, used)
       await fh.sync()
     } finally {
+      // Closes a generator left early (a stop, a failed write), as `for await` would.
+      if (!done) {
+        try {
+          await it.return?.()
+        } catch {}
+      }
       await fh.close()
     }
     const sha = hash.digest('hex')
