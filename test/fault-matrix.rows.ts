@@ -119,7 +119,6 @@ export const FAULT_ROWS: readonly FaultRow[] = [
     exit: [130],
     operator: 'nothing: LATEST names the new checkpoint and the fleet runs',
     test: 'cli',
-    knownBug: 'exits 0 (ok: true): the signal is ignored once the checkpoint is published',
   },
   {
     id: 'sigterm-before-resume',
@@ -128,7 +127,6 @@ export const FAULT_ROWS: readonly FaultRow[] = [
     exit: [130],
     operator: 'nothing: LATEST names the new checkpoint and the fleet runs',
     test: 'cli',
-    knownBug: 'exits 0 (ok: true): the signal is ignored once the checkpoint is published',
   },
   {
     id: 'sigkill-before-resume',
@@ -235,8 +233,6 @@ export const FAULT_ROWS: readonly FaultRow[] = [
     exit: [4],
     operator: 'nothing: the first restore stands; run one restore per fleet',
     test: 'integration',
-    knownBug:
-      "the environment double accepts the second restore over the first one's unclaimed restored state (SimEnvironment.hasLiveState ignores restoredPending); the second restore's cleanup then retires the first one's replacement attempts there, and they are refused (409 stale_attempt)",
   },
   {
     id: 'root-read-only',
@@ -278,7 +274,6 @@ export const FAULT_ROWS: readonly FaultRow[] = [
     exit: [4, 6],
     operator: 'fix or remove that server, then checkpoint again',
     test: 'cli',
-    knownBug: "exits 6 'cannot write the controller manifest …: Maximum call stack size exceeded', naming no server",
   },
   {
     id: 'status-wrong-types',
@@ -303,7 +298,6 @@ export const FAULT_ROWS: readonly FaultRow[] = [
     exit: [4],
     operator: 'fix or remove that server, then checkpoint again',
     test: 'cli',
-    knownBug: "without --episodes, `checkpoint` exits 1 (internal: \"invalid rollout ID '../../etc/passwd'\"), naming no server",
   },
   {
     id: 'unsafe-instance',

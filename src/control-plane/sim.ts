@@ -221,7 +221,8 @@ export class SimEnvironment extends SimBase {
   }
 
   hasLiveState(): boolean {
-    return this.episodes.size > 0
+    // Restored state no replacement has claimed is live too: a second restore must not replace it.
+    return this.episodes.size > 0 || this.restoredPending.size > 0
   }
 
   async retire(e: EpisodeId): Promise<void> {

@@ -154,6 +154,7 @@ export class ControlClient {
     } catch {
       return fail(200, 'bad_reply', `reply is not JSON: ${text.slice(0, 200)}`)
     }
+    if (nestedDeeperThan(json, MAX_REPLY_DEPTH)) return fail(200, 'bad_reply', `${route} reply is nested deeper than ${MAX_REPLY_DEPTH} levels`)
     const parsed = schema.safeParse(json)
     if (!parsed.success) {
       const i = parsed.error.issues[0]
@@ -161,6 +162,21 @@ export class ControlClient {
     }
     return {ok: true, server: server.name, reply: parsed.data}
   }
+}
+
+/** No control reply nests anywhere near this deep; past it, a reply would break what reads it. */
+export const MAX_REPLY_DEPTH = 256
+
+/** Whether a parsed JSON value nests deeper than `max` (iterative: no stack to overflow). */
+export function nestedDeeperThan(value: unknown, max: number): boolean {
+  const stack: [unknown, number][] = [[value, 0]]
+  while (stack.length) {
+    const [v, d] = stack.pop()!
+    if (v === null || typeof v !== 'object') continue
+    if (d >= max) return true
+    for (const child of Array.isArray(v) ? v : Object.values(v)) if (child !== null && typeof child === 'object') stack.push([child, d + 1])
+  }
+  return false
 }
 
 export function describeTransportError(err: unknown): string {

@@ -1,7 +1,7 @@
 import {mkdir} from 'node:fs/promises'
 import path from 'node:path'
 
-import {EpisodeId, captureKey, fromCaptureKey, toWire} from '../protocol/episode.js'
+import {EpisodeId, captureKey, fromCaptureKey, quoteInput, toWire} from '../protocol/episode.js'
 import {CommitReply, StatusReply} from '../protocol/wire.js'
 import {CheckpointStateError} from '../storage/errors.js'
 import {writeCollectionManifest} from '../storage/collector.js'
@@ -192,7 +192,17 @@ export async function commitAndPublish(c: Coordinator, plan: CommitPlan): Promis
   const scope = plan.episodes ? continuedOf(plan.episodes, plan.restarts) : null
   const replies = await commit(c, plan.checkpointId, checkpointDir, scope, plan.deadlineTs)
   const committed = new Set<string>()
-  for (const r of replies.values()) for (const k of r.episode_ids) committed.add(k)
+  for (const [server, r] of replies) {
+    for (const k of r.episode_ids) {
+      // A key from a participant is untrusted input: it must decode as a capture key.
+      try {
+        fromCaptureKey(k)
+      } catch (err) {
+        throw new CoordinationError('commit', [{server, status: 200, code: 'bad_reply', message: `commit reply names episode ${quoteInput(k)}, which is no capture key: ${(err as Error).message}`}])
+      }
+      committed.add(k)
+    }
+  }
   const restartKeys = new Set(plan.restarts.map(captureKey))
   const awaitedRuns = plan.tracker ? await plan.tracker.waitForReplies(new Set([...committed, ...restartKeys]), plan.deadlineTs * 1000, c.signal) : []
   // A /run that replied after prepare is done, not continued: the rollout set is built after it,
@@ -312,5 +322,8 @@ export async function checkpoint(c: Coordinator, opts: CheckpointOptions): Promi
     throw error
   }
   if (!closed.resumed) throw new CoordinationError('resume', closed.failures, `checkpoint '${id}' was committed and published, but ${after.text}`).withNext(...after.next)
+  // A signal that came while the fleet was being resumed: the checkpoint stands, and the caller
+  // still learns it was interrupted (exit 130), as for any other phase.
+  if (c.signal?.aborted) throw new ControllerError('interrupted', `interrupted after checkpoint '${id}' was published; the fleet was resumed`, {checkpoint_id: id, checkpoint_dir: outcome.checkpointDir, published: outcome.published})
   return {...outcome, prepare: prep}
 }

@@ -47,7 +47,13 @@ async function writeSynced(file: string, data: string | Uint8Array): Promise<voi
  */
 export async function createExclusive(target: string, data: string | Uint8Array): Promise<boolean> {
   const tmp = tempName(path.dirname(target), path.basename(target))
-  await writeSynced(tmp, data)
+  try {
+    await writeSynced(tmp, data)
+  } catch (err) {
+    // A full disk, say: leave no temp file behind.
+    await unlink(tmp).catch(() => {})
+    throw err
+  }
   try {
     await link(tmp, target)
     return true

@@ -144,7 +144,7 @@ describe('fault matrix: the CLI interrupted or killed', () => {
     expect(await readdir(path.join(root, id))).toEqual(['gym'])
   })
 
-  // Only SIGKILL: for SIGINT and SIGTERM see knownBug in test/fault-matrix.rows.ts.
+  // SIGINT and SIGTERM at this point: the next describe.
   it.for(['SIGKILL'] as const)('%s after publishing, before resume', {timeout: TEST_MS}, async (sig, {onTestFinished, expect}) => {
     const scope = new Scope(onTestFinished)
     const {fleet, root, history} = await publishedFleet(scope)
@@ -193,6 +193,23 @@ describe('fault matrix: the CLI interrupted or killed', () => {
       .catch((e: unknown) => e)
     expect(refused).toBeInstanceOf(ControllerError)
     expect((refused as ControllerError).code).toBe('fleet_state')
+  })
+})
+
+describe('fault matrix: a signal after publishing', () => {
+  it.for(['SIGINT', 'SIGTERM'] as const)('%s after publishing, before resume', {timeout: TEST_MS}, async (sig, {onTestFinished, expect}) => {
+    const scope = new Scope(onTestFinished)
+    const {fleet, root, history} = await publishedFleet(scope)
+    // Resume goes resources first: hold it there while the signal arrives.
+    const held = faultOnce(fleet.server('res'), 'resume', {type: 'delay', ms: 1500})
+    const id = idOf(sig, 'resume')
+    const args = ['checkpoint', ...serverFlags(fleet), '--root', root, '--id', id, '--timeout', '60', '--episodes', '-', '--json']
+    const {r, proc} = await runSignalled(scope, args, sig, async () => held() && (await latest(root)) === id, INPUT)
+    expectExit(rowOf(sig, 'before-resume'), r, proc)
+    expect(r.json.error.code).toBe('interrupted')
+    resumedEverywhere(fleet, id)
+    expect(await phases(fleet)).toEqual(allIn(fleet, 'idle'))
+    expect(await assertNothingLost(root, [...history, id])).toBe(id)
   })
 })
 
@@ -320,7 +337,7 @@ describe('fault matrix: malicious participant replies never crash the CLI nor wr
     const evil = await fakeParticipant(s.scope, 'resources', 'evil', {status: () => ({body: `{"kind": "resources", "instance": "evil", "phase": "idle", "report": ${deep(100_000)}}`})})
     const r = await checkpointWith(s, {evil: evil.url})
     await after('reply-deep', s, r)
-    expect(r.json.error.message).toContain('unexpected status reply: report')
+    expect(r.json.error.message).toContain('status reply is nested deeper than 256 levels')
   })
 
   it('status-wrong-types: status fields of the wrong type', {timeout: TEST_MS}, async ({onTestFinished, expect}) => {
@@ -370,6 +387,37 @@ describe('fault matrix: malicious participant replies never crash the CLI nor wr
       ['evil2', 'unknown_kind'],
     ])
     expect([up.requests, slash.requests]).toEqual([['status'], ['status']])
+  })
+
+  it('commit-reply-deep: a commit reply whose manifest holds a field nested 100,000 levels deep', {timeout: TEST_MS}, async ({onTestFinished, expect}) => {
+    const s = await sandboxed(onTestFinished)
+    const evil = await fakeParticipant(s.scope, 'resources', 'evil', {
+      commit: (b) => {
+        const dir = JSON.parse(b).checkpoint_dir as string
+        const manifest = {schema_version: 1, kind: 'resources', instance: 'evil', checkpoint_id: path.basename(dir), records_file: `records-${'0'.repeat(64)}.jsonl`, records_sha256: '0'.repeat(64), record_count: 0}
+        return {body: `{"phase": "committed", "manifest": ${JSON.stringify(manifest).slice(0, -1)}, "extra": ${deep(100_000)}}, "episode_ids": []}`}
+      },
+    })
+    const r = await checkpointWith(s, {evil: evil.url}, INPUT)
+    await after('commit-reply-deep', s, r)
+    expect(r.json.error.message).toMatch(/evil: HTTP 200 bad_reply commit reply is nested deeper than 256 levels/)
+    expect(evil.requests).toContain('resume')
+  })
+
+  it('commit-bad-keys: a commit reply naming an episode key that is no capture key', {timeout: TEST_MS}, async ({onTestFinished, expect}) => {
+    const s = await sandboxed(onTestFinished)
+    const evil = await fakeParticipant(s.scope, 'resources', 'evil', {
+      commit: (b) => {
+        const dir = JSON.parse(b).checkpoint_dir as string
+        const manifest = {schema_version: 1, kind: 'resources', instance: 'evil', checkpoint_id: path.basename(dir), records_file: `records-${'0'.repeat(64)}.jsonl`, records_sha256: '0'.repeat(64), record_count: 0}
+        return {body: {phase: 'committed', manifest, episode_ids: ['../../etc/passwd']}}
+      },
+    })
+    // Without --episodes: the committed keys become the rollout set.
+    const r = await checkpointWith(s, {evil: evil.url})
+    await after('commit-bad-keys', s, r)
+    expect(r.json.error.message).toMatch(/evil: HTTP 200 bad_reply commit reply names episode '\.\.\/\.\.\/etc\/passwd', which is no capture key/)
+    expect(evil.requests).toContain('resume')
   })
 })
 

@@ -9,7 +9,9 @@ import {Fleet} from '../../src/control-plane/fleet.js'
 import {SimDownstream} from '../../src/control-plane/sim.js'
 import {checkpoint} from '../../src/coordination/controller.js'
 import {ControllerError} from '../../src/coordination/errors.js'
-import {restoreCheckpoint} from '../../src/coordination/restore.js'
+import {restore} from '../../src/coordination/operations.js'
+import {assertRestorable, planRestore, restoreCheckpoint} from '../../src/coordination/restore.js'
+import {newRestoreId} from '../../src/coordination/runs.js'
 import {verifyCheckpoint} from '../../src/storage/verify.js'
 import {FAILURE_TABLE_END, FAILURE_TABLE_START, FaultRowId, failureTable, row, rowsTestedIn} from '../fault-matrix.rows.js'
 import {Scope, allIn, assertNothingLost, controlCalls, liveEpisodes, mountTmpfs, phases, publishSome, sentIds, tree} from '../helpers/fault-matrix.js'
@@ -153,9 +155,31 @@ describe('fault matrix (in-process)', () => {
       expect(files).toContain('gym/agent/agent')
       expect(files.filter((f) => f === 'gymckpt.json' || f === 'gym/agent/agent/manifest.json')).toEqual([])
       expect((await verifyCheckpoint(path.join(root, 'ckpt-disk-full'))).ok).toBe(false)
+      expect(files.filter((f) => /(^|\/)\.[^/]+\.[0-9a-f]{8}$/.test(f))).toEqual([]) // no temp file left
     } finally {
       unmount()
     }
+  })
+
+  // A restore whose preflight passed before another restore finished: every participant refuses it.
+  it('two-restores-late: a restore whose preflight passed before another restore finished retires nothing of it', {timeout: 60_000}, async ({onTestFinished}) => {
+    const scope = new Scope(onTestFinished)
+    const {root, history} = await crashedFleet(scope)
+    const fleet = await scope.fleet()
+    const [c1, c2] = [await scope.coordinator(fleet), await scope.coordinator(fleet)]
+    const late = await planRestore(c2, {location: root})
+    assertRestorable(late) // its preflight passes: the fleet is still fresh
+    const first = await restoreCheckpoint(c1, {location: root, timeoutS: 10})
+    expect(first.resumed).toBe(true)
+    // Then it goes ahead, as restoreCheckpoint does after its preflight.
+    const err = await restore(c2, newRestoreId(), late.checkpointDir, late.continued, Date.now() / 1000 + 10).catch((e: unknown) => e)
+    expectCode('two-restores-late', err)
+    expect(await phases(fleet)).toEqual(allIn(fleet, 'idle'))
+    const retired = await Promise.all(['env', 'policy', 'agent', 'res'].map(async (n) => (await control(fleet.server(n).url, 'status')).json.retired_rollouts as number))
+    expect(retired).toEqual([0, 0, 0, 0])
+    const conts = await Promise.all(EPISODES.map((r) => fleet.run({rolloutId: r, attempt: 1, steps: SHORT, stepMs: 0})))
+    expect(conts.map((x) => [x.status, (x.body as {resumed_from_step?: number}).resumed_from_step! > 0])).toEqual(EPISODES.map(() => [200, true]))
+    expect(await assertNothingLost(root, history)).toBe(history.at(-1))
   })
 
   it('every in-process row of test/fault-matrix.rows.ts has run above', () => {
