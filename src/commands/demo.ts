@@ -60,7 +60,7 @@ run; it passes when the output, sorted by rollout ID, equals an uninterrupted ru
       continued_from_boundary: r.continuedFromBoundary,
       restarted: r.restarted,
       mismatches: r.mismatches,
-      timings_ms: r.timingsMs,
+      timings_ms: snakeKeys(r.timingsMs),
     }
   }
 
@@ -105,7 +105,12 @@ run; it passes when the output, sorted by rollout ID, equals an uninterrupted ru
       missing: r.missing,
       duplicated: r.duplicated,
       mismatches: r.mismatches,
-      timings_ms: r.timingsMs,
+      timings_ms: snakeKeys(r.timingsMs),
     }
   }
+}
+
+/** {untilCheckpoint: 1} -> {until_checkpoint: 1}: the JSON contract is snake_case. */
+function snakeKeys(o: Record<string, number>): Record<string, number> {
+  return Object.fromEntries(Object.entries(o).map(([k, v]) => [k.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`), v]))
 }
