@@ -1,112 +1,108 @@
-// Commit and restore of N sessions of ~350 KB each through the participant double over HTTP
-// (the seed's measurement: 1,000 x 350 KB, commit 3.6 s, restore 3.4 s in Gym's Python).
-// Usage: npm run bench:commit -- [--sessions 1000] [--kb 350] [--runs 3]
-import {mkdtemp, rm} from 'node:fs/promises'
+// gymckpt's participant store against a stdlib-only Python store (bench/baseline_store.py, written
+// as Gym's store.py writes and reads), side by side in one invocation on the same realistic records
+// (bench/data.mjs): commit, commit of restored state, restore of every record, restore of a 10%
+// scope. Each measurement runs in its own process (peak RSS is its own); both stores must write
+// byte-identical records files. Ratio = gymckpt time / baseline time, the median of the per-run
+// ratios; below 1 means gymckpt is faster.
+// Usage: npm run bench:commit -- [--records 1000] [--kb 350] [--runs 3] [--scope-pct 10]
+import {readdirSync, rmSync, statSync, writeFileSync} from 'node:fs'
+import {mkdtemp} from 'node:fs/promises'
 import os from 'node:os'
 import path from 'node:path'
+import {fileURLToPath} from 'node:url'
 
-import {ParticipantServer} from '../dist/control-plane/server.js'
-import {SimDownstream} from '../dist/control-plane/sim.js'
-import {ControlClient} from '../dist/coordination/client.js'
-import {encodeBody} from '../dist/coordination/operations.js'
-import {pyDumps} from '../dist/storage/pyjson.js'
-import {arg, fmt, machine, median} from './lib.mjs'
+import {arg, have, load, machine, mb, median, ratio, run, secs, table} from './lib.mjs'
 
-const N = arg('sessions', 1000)
+const N = arg('records', 1000)
 const KB = arg('kb', 350)
 const RUNS = arg('runs', 3)
-// 1: every session holds a NaN (Python's bare token), which takes the exact reader on restore.
-const NAN = arg('nan', 1)
-const TOKEN = 'bench-token'
+const SCOPE_PCT = arg('scope-pct', 10)
+const here = (f) => fileURLToPath(new URL(f, import.meta.url))
+const NODE = [process.execPath, '--expose-gc', here('./store-child.mjs')]
+const PY = have('python3') ? 'python3' : null
+if (!PY) console.error('python3 not found: the Python baseline is skipped')
 
-/** A transcript-like session state: nested dicts, lists of token ids, floats, escapes, unicode. */
-function payload(i) {
-  const messages = []
-  let size = 0
-  for (let m = 0; size < KB * 1024; m++) {
-    // Flat strings, as a server holds them after reading them off the wire.
-    const content = Buffer.from(`turn ${m} of session ${i}: the tool said "ok" — résumé ${'lorem ipsum dolor sit amet '.repeat(36)}\n`).toString()
-    const msg = new Map([
-      ['role', m % 2 ? 'assistant' : 'user'],
-      ['content', content],
-      ['token_ids', Array.from({length: 24}, (_, k) => (i * 7919 + m * 104729 + k) % 151_000)],
-      ['logprob', -0.125 * (m % 9) - 0.001],
-    ])
-    messages.push(msg)
-    size += content.length + 24 * 7 + 60
-  }
-  return new Map([['messages', messages], ['meta', new Map([['task', `task-${i}`], ['score', NAN ? NaN : 0.5]])]])
+const root = await mkdtemp(path.join(os.tmpdir(), 'gymckpt-bench-store-'))
+const agentDir = (d) => path.join(d, 'gym', 'agent', 'agent')
+const recordsFile = (d) => path.join(agentDir(d), readdirSync(agentDir(d)).find((f) => f.startsWith('records-')))
+const node = (...args) => run(NODE[0], [...NODE.slice(1), ...args], {json: true})
+const py = (...args) => (PY ? run(PY, [here('./baseline_store.py'), ...args], {json: true}) : null)
+const same = (what, a, b) => {
+  if (a && b && a !== b) throw new Error(`${what}: gymckpt wrote ${a}, the baseline ${b}: not byte-identical`)
 }
 
-async function server() {
-  const p = new SimDownstream('model', 'policy')
-  const s = new ParticipantServer({name: 'policy', token: TOKEN, participant: p})
-  await s.listen()
-  return {s, p}
-}
+// The scope of the partial restore: every (100 / SCOPE_PCT)th episode.
+const scopeFile = path.join(root, 'scope.txt')
+const every = Math.max(1, Math.round(100 / SCOPE_PCT))
+writeFileSync(scopeFile, Array.from({length: N}, (_, i) => i).filter((i) => i % every === 0).map((i) => `r${i}\n`).join(''))
 
-const client = new ControlClient({token: TOKEN})
-const call = async (url, op, body) => {
-  const r = await client.call({name: 'policy', url}, op, encodeBody(body), body.deadline_ts)
-  if (!r.ok) throw new Error(`${op}: ${JSON.stringify(r.failure)}`)
-  return r.reply
+const m = {gymCommit: [], pyCommit: [], gymRestoredCommit: [], gymRestoreAll: [], pyRestoreAll: [], gymRestoreScope: [], pyScopeLineStart: [], pyScopeDecodeAll: []}
+const rss = {}
+const peak = (k, r) => {
+  if (!r) return
+  rss[k] = Math.max(rss[k] ?? 0, r.peak_rss_kb)
+  if (r.data_rss_kb != null) rss[`${k}Over`] = Math.max(rss[`${k}Over`] ?? 0, r.peak_rss_kb - r.data_rss_kb)
 }
-
-const base = payload(0)
-const recordBytes = pyDumps(base).length
-console.error(`building ${N} sessions of ${(recordBytes / 1024).toFixed(0)} KB (encoded) ...`)
-const commits = []
-const restores = []
-let lastManifest
-for (let run = 0; run < RUNS; run++) {
-  const dir = await mkdtemp(path.join(os.tmpdir(), 'gymckpt-bench-commit-'))
-  try {
-    const {s, p} = await server()
-    for (let i = 0; i < N; i++) {
-      const key = `r${i}`
-      // Distinct objects per session, like a real participant's memory.
-      p.sessions.set(key, {ep: {rolloutId: key, attempt: 0}, chain: 'c', calls: 1, restart: false, restored: false, payload: run === 0 && i === 0 ? base : payload(i)})
+let bytes = 0
+try {
+  for (let r = 0; r < RUNS; r++) {
+    const fresh = path.join(root, `fresh-${r}`)
+    const gc = node('commit', fresh, String(N), String(KB))
+    m.gymCommit.push(gc.ms)
+    peak('gymCommit', gc)
+    const src = recordsFile(fresh)
+    bytes = statSync(src).size
+    const pc = py('commit', src, path.join(root, `py-${r}`), 'agent', 'agent', 'bench')
+    if (pc) {
+      same('commit', gc.sha256, pc.sha256)
+      m.pyCommit.push(pc.ms)
+      peak('pyCommit', pc)
     }
-    const deadline = Date.now() / 1000 + 600
-    const scope = Array.from({length: N}, (_, i) => ({rollout_id: `r${i}`, attempt: 0}))
-    await call(s.url, 'prepare', {checkpoint_id: 'c', deadline_ts: deadline})
-    const t0 = performance.now()
-    const reply = await call(s.url, 'commit', {checkpoint_id: 'c', deadline_ts: deadline, checkpoint_dir: dir, episode_ids: scope})
-    commits.push(performance.now() - t0)
-    lastManifest = reply.manifest
-    await call(s.url, 'resume', {checkpoint_id: 'c', deadline_ts: deadline})
-    await s.close()
-    p.sessions.clear()
-
-    const fresh = await server()
-    const t1 = performance.now()
-    const r = await call(fresh.s.url, 'restore', {checkpoint_id: 'rs', deadline_ts: deadline, checkpoint_dir: dir, episode_ids: scope})
-    restores.push(performance.now() - t1)
-    if (r.restored.length !== N) throw new Error(`restored ${r.restored.length} of ${N}`)
-    // Byte for byte: the restored state encodes to exactly what was committed.
-    const again = pyDumps(fresh.p.sessions.get('r0-a1').payload)
-    if (run === 0 && again !== pyDumps(base)) throw new Error('restored payload differs from the committed one')
-    await fresh.s.close()
-  } finally {
-    await rm(dir, {recursive: true, force: true})
+    const ra = node('restore', agentDir(fresh), '--commit', path.join(root, `again-${r}`))
+    same('commit of restored state', gc.sha256, ra.commit_sha256)
+    if (ra.kept !== N) throw new Error(`restored ${ra.kept} of ${N}`)
+    m.gymRestoreAll.push(ra.ms)
+    m.gymRestoredCommit.push(ra.commit_ms)
+    peak('gymRestoreAll', ra)
+    rss.gymRestoredCommitOver = Math.max(rss.gymRestoredCommitOver ?? 0, ra.peak_rss_kb - ra.restored_rss_kb)
+    const pa = py('restore', agentDir(fresh), 'decode-every')
+    if (pa) {
+      m.pyRestoreAll.push(pa.ms)
+      peak('pyRestoreAll', pa)
+    }
+    const rs = node('restore', agentDir(fresh), scopeFile)
+    m.gymRestoreScope.push(rs.ms)
+    peak('gymRestoreScope', rs)
+    const pl = py('restore', agentDir(fresh), 'line-start', scopeFile)
+    const pd = py('restore', agentDir(fresh), 'decode-every', scopeFile)
+    if (pl) {
+      if (pl.kept !== rs.kept || pd.kept !== rs.kept) throw new Error(`scope: gymckpt kept ${rs.kept}, Python ${pl.kept}/${pd.kept}`)
+      m.pyScopeLineStart.push(pl.ms)
+      m.pyScopeDecodeAll.push(pd.ms)
+      peak('pyScopeLineStart', pl)
+      peak('pyScopeDecodeAll', pd)
+    }
+    console.error(
+      `run ${r + 1}/${RUNS}: commit ${secs(gc.ms)} (py ${secs(pc?.ms)}), restored-state commit ${secs(ra.commit_ms)}, restore all ${secs(ra.ms)} (py ${secs(pa?.ms)}), ` +
+        `restore ${SCOPE_PCT}% ${secs(rs.ms)} (py line-start ${secs(pl?.ms)}, py decode-every ${secs(pd?.ms)}) — ${load()}`,
+    )
+    for (const d of [fresh, path.join(root, `py-${r}`), path.join(root, `again-${r}`)]) rmSync(d, {recursive: true, force: true})
   }
-  console.error(`run ${run + 1}: commit ${fmt(commits.at(-1))}, restore ${fmt(restores.at(-1))}`)
+} finally {
+  rmSync(root, {recursive: true, force: true})
 }
-await client.close()
-const mb = (lastManifest.record_count * recordBytes) / 1e6
-const result = {
-  bench: 'commit-restore',
-  machine: machine(),
-  sessions: N,
-  record_kb: Math.round(recordBytes / 1024),
-  total_mb: Math.round(mb),
-  runs: RUNS,
-  nan_in_every_record: Boolean(NAN),
-  commit_median_s: +(median(commits) / 1000).toFixed(2),
-  restore_median_s: +(median(restores) / 1000).toFixed(2),
-  commit_mb_per_s: Math.round(mb / (median(commits) / 1000)),
-  restore_mb_per_s: Math.round(mb / (median(restores) / 1000)),
-  seed_python_s: {commit: 3.6, restore: 3.4},
-  peak_rss_mb: Math.round(process.resourceUsage().maxRSS / 1024),
+
+const row = (name, g, b, bName, goal, gRss, bRss) => {
+  const q = b.length ? ratio(g, b) : null
+  return [name, secs(median(g)), b.length ? `${bName} ${secs(median(b))}` : `${bName}: skipped`, q == null ? 'n/a' : q.toFixed(2), goal, q == null ? 'n/a' : eval(`${q.toFixed(4)} ${goal}`) ? 'met' : 'not met', gRss, bRss]
 }
-console.log(JSON.stringify(result, null, 1))
+const total = `${N.toLocaleString('en')} x ${Math.round(bytes / N / 1024)} KB (${Math.round(bytes / 1e6)} MB)`
+console.log(`\ncommit/restore: ${total}, ${RUNS} runs, medians; ratio = gymckpt / baseline (median of same-run ratios). ${machine()}; python ${PY ? run(PY, ['-c', 'import sys; print(sys.version.split()[0])']).stdout.trim() : 'missing'}`)
+table('', ['measurement', 'gymckpt', 'baseline', 'ratio', 'goal', '', 'gymckpt peak RSS', 'baseline peak RSS'], [
+  row(`commit ${total}`, m.gymCommit, m.pyCommit, 'Python', '<= 0.7', `${mb(rss.gymCommit)} (+${mb(rss.gymCommitOver)} over the data)`, PY ? `${mb(rss.pyCommit)} (+${mb(rss.pyCommitOver)})` : ''),
+  row('commit of state gymckpt restored', m.gymRestoredCommit, m.gymCommit, 'gymckpt fresh', '<= 1.1', `+${mb(rss.gymRestoredCommitOver)} over the data`, ''),
+  row('commit of state gymckpt restored', m.gymRestoredCommit, m.pyCommit, 'Python', '<= 0.7', '', ''),
+  row('restore, all in scope', m.gymRestoreAll, m.pyRestoreAll, 'Python', '<= 1.0', mb(rss.gymRestoreAll), PY ? mb(rss.pyRestoreAll) : ''),
+  row(`restore, ${SCOPE_PCT}% in scope`, m.gymRestoreScope, m.pyScopeLineStart, 'Python, episode off the line start', '<= 1.0', mb(rss.gymRestoreScope), PY ? mb(rss.pyScopeLineStart) : ''),
+  row(`restore, ${SCOPE_PCT}% in scope`, m.gymRestoreScope, m.pyScopeDecodeAll, 'Python, every line decoded', '<= 0.3', '', PY ? mb(rss.pyScopeDecodeAll) : ''),
+])
