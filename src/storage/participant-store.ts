@@ -1,13 +1,12 @@
 import {createHash} from 'node:crypto'
 import {isAscii, isUtf8} from 'node:buffer'
-import {createReadStream} from 'node:fs'
 import {lstat, mkdir, open, readFile, realpath, rename, unlink} from 'node:fs/promises'
 import path from 'node:path'
 
-import {EpisodeIdWire, SAFE_ID_PATTERN, captureKey, fromWire} from '../protocol/episode.js'
+import {EpisodeIdWire, RESERVED_SUFFIX, SAFE_ID_PATTERN, captureKey, fromWire} from '../protocol/episode.js'
 import {ParticipantManifest} from '../protocol/wire.js'
 import {CheckpointStateError, WriteStoppedError} from './errors.js'
-import {episodeFromPrefix, isJsonValue} from './jsonscan.js'
+import {JsonScanner, PREFIX_BYTES, ScanError, episodeFromPrefix} from './jsonscan.js'
 import {createExclusive, fsyncDir, fsyncUpTo, tempName} from './fsutil.js'
 import {PyValue, isPyDict, pyGet, pyLoads} from './pyjson.js'
 
@@ -91,15 +90,35 @@ async function writeInner(opts: WriteStateOptions, lines: Iterable<string | Buff
     const sync = Symbol.iterator in lines
     const it = sync ? (lines as Iterable<string | Buffer>)[Symbol.iterator]() : (lines as AsyncIterable<string | Buffer>)[Symbol.asyncIterator]()
     let done = false
+    // Two batch buffers: one is written (in the thread pool) while the next is filled, so encoding
+    // and the disk overlap. Writes name their file position, so their order cannot matter.
+    const batches = [Buffer.allocUnsafe(WRITE_BUFFER_BYTES), Buffer.allocUnsafe(WRITE_BUFFER_BYTES)]
+    let batch = batches[0]!
+    let used = 0
+    let position = 0
+    let inflight: Promise<unknown> | null = null
+    const writeAt = async (b: Buffer, n: number) => {
+      if (inflight) await inflight
+      const w = fh.write(b, 0, n, position)
+      // Raised where it is awaited; until then a failure must not count as unhandled.
+      w.catch(() => {})
+      inflight = w
+      position += n
+    }
+    /** Starts writing the current batch and switches to the other one (once its write is done). */
+    const flush = async () => {
+      if (!used) return
+      await writeAt(batch, used)
+      batch = batch === batches[0] ? batches[1]! : batches[0]!
+      used = 0
+    }
     try {
       // A line is hashed and copied before anything awaits: it may be a view of the encoder's
       // scratch buffer, which the next record encoded anywhere in this process overwrites (other
       // participants of one process commit at the same time). So a sync iterable is read without
-      // `for await`, whose microtask hops let another writer encode in between. Lines go into one
-      // reused batch buffer; a line that does not fit is first copied whole into a private spill.
-      const batch = Buffer.allocUnsafe(WRITE_BUFFER_BYTES)
+      // `for await`, whose microtask hops let another writer encode in between. A line that does
+      // not fit in the batch is first copied whole into a private spill.
       let spill: Buffer | null = null
-      let used = 0
       for (;;) {
         const step = sync ? (it as Iterator<string | Buffer>).next() : await it.next()
         if (step.done) {
@@ -122,14 +141,20 @@ async function writeInner(opts: WriteStateOptions, lines: Iterable<string | Buff
         buf.copy(spill, 0)
         spill[n - 1] = 0x0a
         // From here on the line is private: awaiting is safe.
-        if (used) await fh.write(batch, 0, used)
-        used = 0
-        if (n > batch.length) await fh.write(spill, 0, n)
-        else used = spill.copy(batch, 0, 0, n)
+        await flush()
+        if (n <= batch.length) used = spill.copy(batch, 0, 0, n)
+        else {
+          // The spill is reused by the next large line: its write is waited for.
+          await writeAt(spill, n)
+          await inflight
+        }
       }
-      if (used) await fh.write(batch, 0, used)
+      await flush()
+      await inflight
       await fh.sync()
     } finally {
+      // A write still running is waited for (its error was or will be raised) before the close.
+      await (inflight as Promise<unknown> | null)?.catch(() => {})
       // Closes a generator left early (a stop, a failed write), as `for await` would.
       if (!done) {
         try {
@@ -271,61 +296,39 @@ async function readInner(dir: string, opts: ReadStateOptions): Promise<ReadState
   const recordsPath = path.join(dir, m.records_file)
   if (base !== null) await staysInside(opts.within!, base, recordsPath)
   const hash = createHash('sha256')
-  const keys: string[] = []
-  const kept: StoredRecord[] = []
+  const reader = new RecordsReader(recordsPath, opts.keep ?? null)
   let bytes = 0
-  let pending: Buffer[] = []
-  const onLine = (line: Buffer) => {
-    const lineNo = keys.length + 1
-    const ascii = isAscii(line)
-    // Python writes ASCII (ensure_ascii); other writers may write UTF-8, which must be valid.
-    if (!ascii && !isUtf8(line)) throw new CheckpointStateError(`${recordsPath} line ${lineNo} holds a record that is not UTF-8`)
-    // Fast path: the episode read off the line's start, the rest only checked to be JSON.
-    const quick = episodeFromPrefix(line)
-    if (quick) {
-      const ep = EpisodeIdWire.safeParse({rollout_id: quick.rolloutId, attempt: quick.attempt})
-      if (!ep.success) throw new CheckpointStateError(`${recordsPath} line ${lineNo}: checkpoint record has no valid episode_id`)
-      const key = captureKey(quick)
-      if (!opts.keep?.has(key)) {
-        if (!isJsonValue(line)) throw new CheckpointStateError(`${recordsPath} line ${lineNo} holds a record that is not JSON`)
-        keys.push(key)
-        return
+  const fh = await open(recordsPath, 'r')
+  let next: Promise<{bytesRead: number}> | null = null
+  try {
+    // Two buffers: the next chunk is read while this one is hashed and scanned.
+    const bufs = [Buffer.allocUnsafe(READ_CHUNK), Buffer.allocUnsafe(READ_CHUNK)]
+    let which = 0
+    next = fh.read(bufs[0]!, 0, READ_CHUNK, 0)
+    for (;;) {
+      const {bytesRead} = await next
+      next = null
+      if (bytesRead === 0) break
+      const chunk = bufs[which]!.subarray(0, bytesRead)
+      const at = bytes
+      bytes += bytesRead
+      which ^= 1
+      next = fh.read(bufs[which]!, 0, READ_CHUNK, bytes)
+      hash.update(chunk)
+      reader.push(chunk, at)
+      // A line that repeats its top-level episode_id is decoded whole: read it again.
+      for (const r of reader.takeRereads()) {
+        const line = Buffer.allocUnsafe(r.length)
+        const {bytesRead: n} = await fh.read(line, 0, r.length, r.start)
+        reader.decodeAgain(r, line.subarray(0, n))
       }
     }
-    // Decoded exactly (key order, NaN, big integers); in this codec that is also faster than JSON.parse.
-    const lineText = ascii ? line.toString('latin1') : line.toString('utf8')
-    let decoded: PyValue
-    try {
-      decoded = pyLoads(lineText)
-    } catch {
-      throw new CheckpointStateError(`${recordsPath} line ${lineNo} holds a record that is not JSON`)
-    }
-    const e = isPyDict(decoded) ? pyGet(decoded, 'episode_id') : undefined
-    const ep = EpisodeIdWire.safeParse(e instanceof Map ? Object.fromEntries(e) : e)
-    if (!ep.success) throw new CheckpointStateError(`${recordsPath} line ${lineNo}: checkpoint record has no valid episode_id`)
-    const key = captureKey(fromWire(ep.data))
-    keys.push(key)
-    if (opts.keep?.has(key)) kept.push({key, record: decoded})
+    reader.end()
+  } finally {
+    await next?.catch(() => {})
+    await fh.close()
   }
-  const stream = createReadStream(recordsPath, {highWaterMark: READ_CHUNK})
-  for await (const chunk of stream as AsyncIterable<Buffer>) {
-    hash.update(chunk)
-    bytes += chunk.length
-    let start = 0
-    for (;;) {
-      const nl = chunk.indexOf(0x0a, start)
-      if (nl < 0) break
-      const piece = chunk.subarray(start, nl)
-      if (pending.length) {
-        pending.push(piece)
-        onLine(Buffer.concat(pending))
-        pending = []
-      } else onLine(piece)
-      start = nl + 1
-    }
-    if (start < chunk.length) pending.push(chunk.subarray(start))
-  }
-  if (pending.length) onLine(Buffer.concat(pending))
+  const {keys, kept} = reader
   const sha = hash.digest('hex')
   if (m.records_sha256 !== sha) throw new CheckpointStateError(`${recordsPath} does not match its manifest digest`)
   const named = /^records-([0-9a-f]{64})\.jsonl$/.exec(m.records_file)?.[1]
@@ -334,6 +337,216 @@ async function readInner(dir: string, opts: ReadStateOptions): Promise<ReadState
   }
   if (m.record_count !== keys.length) throw new CheckpointStateError(`${manifestPath} expects ${JSON.stringify(m.record_count)} records, found ${keys.length}`)
   return {dir, manifest: m as ParticipantManifest, keys, kept, bytes}
+}
+
+const enum Mode {
+  /** Gathering the line's first bytes, where its episode is read. */
+  Head,
+  /** Out of scope: checked by the streaming scanner, never held. */
+  Scan,
+  /** In scope, or its episode is not at its start: held and decoded whole. */
+  Hold,
+}
+
+const NO_BYTES = Buffer.alloc(0)
+
+/**
+ * Splits a records file's chunks into lines and checks each one as Gym's restore reads it: valid
+ * UTF-8, one JSON value, a valid episode_id. A line whose episode (read off its start, where
+ * Python writes it) is outside the kept scope is streamed through JsonScanner and never held, so
+ * a record far larger than a chunk costs a chunk, not its size; a kept line, or one whose episode
+ * is not at its start, is held and decoded exactly.
+ */
+class RecordsReader {
+  readonly keys: string[] = []
+  readonly kept: StoredRecord[] = []
+  /** Line numbers of kept records, when a line read again put them out of file order. */
+  private keptLines: number[] = []
+  private reordered = false
+  private mode = Mode.Head
+  /** File offset of the current line's first byte, and its bytes so far. */
+  private start = 0
+  private length = 0
+  private head: Buffer | null = null
+  private held: Buffer[] = []
+  private carry: Buffer = NO_BYTES
+  private key = ''
+  private readonly scanner = new JsonScanner()
+  private rereads: {index: number; lineNo: number; start: number; length: number}[] = []
+
+  constructor(
+    private readonly recordsPath: string,
+    private readonly keep: ReadonlySet<string> | null,
+  ) {}
+
+  /** The next chunk, starting at file offset `at`. Its memory may be reused once this returns. */
+  push(chunk: Buffer, at: number): void {
+    let i = 0
+    while (i <= chunk.length) {
+      const nl = chunk.indexOf(0x0a, i)
+      if (nl < 0) {
+        if (i < chunk.length) this.piece(chunk, i, chunk.length, false, at)
+        return
+      }
+      this.piece(chunk, i, nl, true, at)
+      i = nl + 1
+    }
+  }
+
+  /** The end of the file: a last line without its newline is still a record. */
+  end(): void {
+    if (this.length > 0 || this.mode !== Mode.Head || this.head !== null) this.piece(NO_BYTES, 0, 0, true, this.start + this.length)
+  }
+
+  takeRereads(): {index: number; lineNo: number; start: number; length: number}[] {
+    const r = this.rereads
+    this.rereads = []
+    return r
+  }
+
+  decodeAgain(r: {index: number; lineNo: number}, line: Buffer): void {
+    const got = this.decode(line, r.lineNo)
+    this.keys[r.index] = got.key
+    if (got.record !== undefined) {
+      this.kept.push({key: got.key, record: got.record})
+      this.keptLines.push(r.lineNo)
+      this.reordered = true
+    }
+    if (this.reordered) {
+      // Kept records in file order, as they would be without the second read.
+      const order = this.kept.map((k, i) => [this.keptLines[i]!, k] as const).sort((a, b) => a[0] - b[0])
+      this.kept.length = 0
+      this.keptLines = []
+      for (const [n, k] of order) {
+        this.kept.push(k)
+        this.keptLines.push(n)
+      }
+    }
+  }
+
+  private fail(lineNo: number, what: string): never {
+    throw new CheckpointStateError(`${this.recordsPath} line ${lineNo}${what}`)
+  }
+
+  /** Bytes b[s, e) of the current line; `ends`: its newline (or the file's end) follows. */
+  private piece(b: Buffer, s: number, e: number, ends: boolean, at: number): void {
+    if (this.length === 0 && this.head === null) this.start = at + s
+    this.length += e - s
+    if (this.mode === Mode.Head) {
+      const have = this.head?.length ?? 0
+      if (have === 0 && (e - s >= PREFIX_BYTES || ends)) this.decide(b.subarray(s, Math.min(e, s + PREFIX_BYTES)))
+      else {
+        // The line's start is cut by the chunk's end: gathered first, then checked like the rest.
+        const take = Math.min(e - s, PREFIX_BYTES - have)
+        const head = Buffer.concat([this.head ?? NO_BYTES, b.subarray(s, s + take)])
+        if (head.length < PREFIX_BYTES && !ends) {
+          this.head = head
+          return
+        }
+        this.head = null
+        this.decide(head)
+        s += take
+        this.feed(head, 0, head.length, ends && s === e)
+        if (s < e) this.feed(b, s, e, ends)
+        if (ends) this.lineEnd()
+        return
+      }
+    }
+    this.feed(b, s, e, ends)
+    if (ends) this.lineEnd()
+  }
+
+  /** Reads the episode off the line's start and chooses how the line is checked. */
+  private decide(head: Buffer): void {
+    const quick = episodeFromPrefix(head, false)
+    if (quick && this.keep?.has(captureKey(quick)) !== true) {
+      if (RESERVED_SUFFIX.test(quick.rolloutId)) this.fail(this.keys.length + 1, ': checkpoint record has no valid episode_id')
+      this.key = captureKey(quick)
+      this.mode = Mode.Scan
+      this.scanner.reset()
+      this.carry = NO_BYTES
+    } else this.mode = Mode.Hold
+  }
+
+  private feed(b: Buffer, s: number, e: number, last: boolean): void {
+    if (this.mode === Mode.Hold) {
+      if (e > s) this.held.push(Buffer.from(b.subarray(s, e)))
+      return
+    }
+    const sc = this.scanner
+    let i = s
+    if (this.carry.length) {
+      // A token cut by the last chunk: finish it on a small bridge of its bytes and the next ones.
+      let take = Math.min(e - s, 64)
+      for (;;) {
+        const bridge = Buffer.concat([this.carry, b.subarray(s, s + take)])
+        const k = sc.feed(bridge, 0, bridge.length, last && s + take === e)
+        if (sc.error) return this.scanFailed()
+        if (k >= this.carry.length) {
+          i = s + (k - this.carry.length)
+          this.carry = NO_BYTES
+          break
+        }
+        if (s + take === e) {
+          this.carry = Buffer.from(bridge.subarray(k))
+          return
+        }
+        take = Math.min(e - s, take * 4)
+      }
+      if (i === e && !last) return
+    }
+    const k = sc.feed(b, i, e, last)
+    if (sc.error) return this.scanFailed()
+    if (k < e) this.carry = Buffer.from(b.subarray(k, e))
+  }
+
+  private scanFailed(): void {
+    this.fail(this.keys.length + 1, this.scanner.error === ScanError.Utf8 ? ' holds a record that is not UTF-8' : ' holds a record that is not JSON')
+  }
+
+  private lineEnd(): void {
+    const lineNo = this.keys.length + 1
+    if (this.mode === Mode.Scan) {
+      if (!this.scanner.complete) this.scanFailed()
+      if (this.scanner.episodeKeys === 1) this.keys.push(this.key)
+      else {
+        // Python keeps the last of repeated keys: the line is decoded whole, read again.
+        this.rereads.push({index: this.keys.length, lineNo, start: this.start, length: this.length})
+        this.keys.push('')
+      }
+    } else {
+      const line = this.held.length === 1 ? this.held[0]! : Buffer.concat(this.held)
+      const got = this.decode(line, lineNo)
+      this.keys.push(got.key)
+      if (got.record !== undefined) {
+        this.kept.push({key: got.key, record: got.record})
+        this.keptLines.push(lineNo)
+      }
+    }
+    this.mode = Mode.Head
+    this.held = []
+    this.head = null
+    this.carry = NO_BYTES
+    this.length = 0
+  }
+
+  /** A whole line decoded exactly (key order, NaN, big integers); the record when it is kept. */
+  private decode(line: Buffer, lineNo: number): {key: string; record?: PyValue} {
+    const ascii = isAscii(line)
+    // Python writes ASCII (ensure_ascii); other writers may write UTF-8, which must be valid.
+    if (!ascii && !isUtf8(line)) this.fail(lineNo, ' holds a record that is not UTF-8')
+    let decoded: PyValue
+    try {
+      decoded = pyLoads(ascii ? line.toString('latin1') : line.toString('utf8'))
+    } catch {
+      this.fail(lineNo, ' holds a record that is not JSON')
+    }
+    const e = isPyDict(decoded) ? pyGet(decoded, 'episode_id') : undefined
+    const ep = EpisodeIdWire.safeParse(e instanceof Map ? Object.fromEntries(e) : e)
+    if (!ep.success) this.fail(lineNo, ': checkpoint record has no valid episode_id')
+    const key = captureKey(fromWire(ep.data))
+    return this.keep?.has(key) ? {key, record: decoded} : {key}
+  }
 }
 
 /**
