@@ -123,6 +123,46 @@ class ByteWriter {
   }
 
   /**
+   * A number as json.dumps writes it. Integers below 2^31 (token ids, counters) are written digit
+   * by digit and floats in the range where JS and Python print alike straight from String(): no
+   * intermediate string for the one, no second look at it for the other.
+   */
+  number(v: number): void {
+    if ((v | 0) === v && (v !== 0 || 1 / v > 0)) {
+      this.reserve(11)
+      const b = this.buf
+      let n = this.n
+      if (v < 0) {
+        b[n++] = 0x2d
+        v = -v
+        // -2^31 has no positive int32: let String() write it.
+        if (v === 0x80000000) {
+          this.n = n
+          return this.ascii('2147483648')
+        }
+      }
+      if (v < 10) b[n++] = 0x30 + v
+      else {
+        let digits = 1
+        for (let x = v; x >= 10; x = (x / 10) | 0) digits++
+        n += digits
+        for (let k = n - 1; v >= 10; k--) {
+          const q = (v / 10) | 0
+          b[k] = 0x30 + v - q * 10
+          v = q
+        }
+        b[n - digits] = 0x30 + v
+      }
+      this.n = n
+      return
+    }
+    const a = v < 0 ? -v : v
+    // Shortest round-trip digits in fixed notation in both languages; integral ones get `.0` below.
+    if (a >= 1e-4 && a < 1e16 && !Number.isInteger(v)) return this.ascii(String(v))
+    this.ascii(pyNumber(v))
+  }
+
+  /**
    * A string as Python's json.dumps writes it: `"` `\\` and \b \f \n \r \t as short escapes,
    * everything else outside ' '..'~' (DEL, non-ASCII, each UTF-16 unit of an astral character)
    * as a lowercase \uXXXX.
@@ -179,7 +219,7 @@ function write(v: PyValue | undefined, depth: number, w: ByteWriter): void {
     case 'string':
       return w.string(v)
     case 'number':
-      return w.ascii(pyNumber(v))
+      return w.number(v)
     case 'boolean':
       return w.ascii(v ? 'true' : 'false')
     case 'bigint':
@@ -193,8 +233,18 @@ function write(v: PyValue | undefined, depth: number, w: ByteWriter): void {
   if (Array.isArray(v)) {
     w.byte(LBRACKET)
     for (let i = 0; i < v.length; i++) {
-      if (i) w.ascii(', ')
-      write(v[i], depth + 1, w)
+      if (i) {
+        w.byte(0x2c)
+        w.byte(0x20)
+      }
+      const x = v[i]
+      // Numbers (token ids, logprobs) without the dispatch and the depth check; a float where JS
+      // and Python print alike without even a call.
+      if (typeof x === 'number') {
+        const a = x < 0 ? -x : x
+        if (a >= 1e-4 && a < 1e16 && a !== Math.floor(a)) w.ascii(String(x))
+        else w.number(x)
+      } else write(x, depth + 1, w)
     }
     return w.byte(RBRACKET)
   }
@@ -252,11 +302,15 @@ export function pyLoads(text: string): PyValue {
 }
 
 const CONTROL = /[\x00-\x1f]/
-const NUMBER = /-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?/y
 const HEX4 = /^[0-9a-fA-F]{4}$/
+
+/** V8 makes a substring this long or longer a view that keeps its parent string alive. */
+const SLICE_MIN = 13
 
 class Parser {
   i = 0
+  /** The next backslash at or after the last string's start (Infinity: none). */
+  private bs = -1
   constructor(readonly s: string) {}
 
   fail(what: string): never {
@@ -324,13 +378,33 @@ class Parser {
       this.i = j
       return neg ? -v + 0 : v
     }
-    const re = NUMBER
-    re.lastIndex = this.i
-    const m = re.exec(this.s)
-    if (!m) return this.fail('invalid number')
-    this.i = re.lastIndex
-    const raw = m[0]
-    if (m[2] === undefined && m[3] === undefined) {
+    // The grammar by hand (no regex match objects): -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?
+    j = neg ? this.i + 1 : this.i
+    c = s.charCodeAt(j)
+    if (c === 0x30) c = s.charCodeAt(++j)
+    else if (c >= 0x31 && c <= 0x39) {
+      do c = s.charCodeAt(++j)
+      while (c >= 0x30 && c <= 0x39)
+    } else return this.fail('invalid number')
+    let float = false
+    if (c === 0x2e) {
+      const d = ++j
+      c = s.charCodeAt(j)
+      while (c >= 0x30 && c <= 0x39) c = s.charCodeAt(++j)
+      if (j === d) return this.fail('invalid number')
+      float = true
+    }
+    if (c === 0x65 || c === 0x45) {
+      c = s.charCodeAt(++j)
+      if (c === 0x2b || c === 0x2d) c = s.charCodeAt(++j)
+      const d = j
+      while (c >= 0x30 && c <= 0x39) c = s.charCodeAt(++j)
+      if (j === d) return this.fail('invalid number')
+      float = true
+    }
+    const raw = s.slice(this.i, j)
+    this.i = j
+    if (!float) {
       const n = Number(raw)
       // `-0` is the integer 0 in Python, written back as `0`.
       return Number.isSafeInteger(n) ? n + 0 : BigInt(raw)
@@ -339,7 +413,52 @@ class Parser {
     return Number.isInteger(f) ? new PyFloat(f) : f
   }
 
+  /**
+   * A string token. The closing quote is found with indexOf and the content decoded by JSON.parse
+   * (the same escapes and the same refusal of raw controls as Python's reader): a flat string
+   * in one native pass, never a rope of runs that the encoder must flatten later, and never a
+   * slice that keeps the whole line alive. Anything JSON.parse refuses is read again by
+   * stringSlow for the exact error.
+   */
   string(): string {
+    const s = this.s
+    const open = this.i
+    let q = s.indexOf('"', open + 1)
+    if (q < 0) return this.stringSlow()
+    if (this.bs < open) {
+      const b = s.indexOf('\\', open)
+      this.bs = b < 0 ? Infinity : b
+    }
+    if (this.bs > q) {
+      const len = q - open - 1
+      if (len < SLICE_MIN) {
+        // Short: V8 copies substrings this short, so a slice holds nothing else alive.
+        for (let k = open + 1; k < q; k++) if (s.charCodeAt(k) < 0x20) return this.stringSlow()
+        this.i = q + 1
+        return s.slice(open + 1, q)
+      }
+    } else {
+      // Escapes: the closing quote is the first one after an even run of backslashes.
+      for (;;) {
+        let k = q - 1
+        while (s.charCodeAt(k) === 0x5c) k--
+        if ((q - 1 - k) % 2 === 0) break
+        q = s.indexOf('"', q + 1)
+        if (q < 0) return this.stringSlow()
+      }
+    }
+    let v: unknown
+    try {
+      v = JSON.parse(s.slice(open, q + 1))
+    } catch {
+      return this.stringSlow()
+    }
+    this.i = q + 1
+    return v as string
+  }
+
+  /** The string token read character by character: only for input JSON.parse refused (the error). */
+  stringSlow(): string {
     const s = this.s
     let i = ++this.i
     let out = ''
@@ -389,9 +508,14 @@ class Parser {
   }
 
   array(depth: number): PyValue[] {
-    this.i++
-    const out: PyValue[] = []
+    const open = this.i++
     this.ws()
+    const c = this.s.charCodeAt(this.i)
+    if ((c >= 0x30 && c <= 0x39) || (c === 0x2d && this.s.charCodeAt(this.i + 1) !== 0x49)) {
+      const fast = this.numbers(open)
+      if (fast) return fast
+    }
+    const out: PyValue[] = []
     if (this.s[this.i] === ']') {
       this.i++
       return out
@@ -407,6 +531,44 @@ class Parser {
         this.fail("expected ',' or ']'")
       }
     }
+  }
+
+  /**
+   * An array of numbers (token ids, logprobs: most of a transcript's bytes) decoded by JSON.parse
+   * in one native pass, then made exactly what the token-by-token reader returns: integral values
+   * are looked up by their spelling (`2.0` and `-0.0` are Python floats, `-0` is the integer 0,
+   * integers beyond 2^53 are bigints). Null (read it token by token) for NaN/Infinity and for
+   * anything but numbers.
+   */
+  numbers(open: number): PyValue[] | null {
+    const s = this.s
+    const close = s.indexOf(']', open)
+    if (close < 0) return null
+    let arr: unknown
+    try {
+      arr = JSON.parse(s.slice(open, close + 1))
+    } catch {
+      return null
+    }
+    const a = arr as PyValue[]
+    // Token k starts after the k-th comma: found only up to the integral values, which are few.
+    let k = 0
+    let at = open + 1
+    for (let e = 0; e < a.length; e++) {
+      const v = a[e]
+      if (typeof v !== 'number') return null
+      if (!Number.isInteger(v)) continue
+      for (; k < e; k++) at = s.indexOf(',', at) + 1
+      while (s.charCodeAt(at) <= 0x20) at++
+      let end = at
+      let float = false
+      for (let c = s.charCodeAt(end); c !== 0x2c && c !== 0x5d && c > 0x20; c = s.charCodeAt(++end)) if (c === 0x2e || c === 0x65 || c === 0x45) float = true
+      if (float) a[e] = new PyFloat(v)
+      else if (!Number.isSafeInteger(v)) a[e] = BigInt(s.slice(at, end))
+      else if (v === 0) a[e] = 0
+    }
+    this.i = close + 1
+    return a
   }
 
   object(depth: number): Map<string, PyValue> {
