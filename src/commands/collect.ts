@@ -9,7 +9,7 @@ import {note} from '../cli/output.js'
 import {Collector, CollectOutcome, CollectStats} from '../coordination/collect.js'
 import {checkRoot} from '../coordination/controller.js'
 import {ControllerError} from '../coordination/errors.js'
-import {CollectInputError, ResultsFile, readRows} from '../storage/collector.js'
+import {CollectInputError, ResultsFile, acquirePidLock, readRows} from '../storage/collector.js'
 
 export default class Collect extends BaseCommand<typeof Collect> {
   static override summary = 'Run a rollout collection with partial-rollout checkpoints, and continue it after a crash.'
@@ -66,7 +66,13 @@ as Gym's own collector lays it out, so either can resume the other's run.\n\n${f
         ? discovery.participants.find((p) => p.kind === 'environment')
         : undefined
     if (!target) throw new ControllerError('input', f.agent ? `--agent ${f.agent}: no such server in the fleet` : 'the fleet has no single environment server: pass --agent NAME, the server that takes /run')
-    const output = await ResultsFile.open(path.resolve(f.output), {resume: f.resume}).catch(asInput)
+    // The root's lock before the output is opened: opening it for --resume cuts a torn last line,
+    // which must never happen to the output of another collector still running.
+    const release = await acquirePidLock(root).catch(asInput)
+    const output = await ResultsFile.open(path.resolve(f.output), {resume: f.resume}).catch(async (err: unknown) => {
+      await release()
+      return asInput(err)
+    })
     const tty = !this.jsonEnabled() && process.stderr.isTTY === true
     let render: ((s: CollectStats) => void) | undefined
     let log = (m: string) => note(m)
@@ -151,6 +157,7 @@ function summaryJson(o: CollectOutcome) {
     checkpoints_missed: o.checkpointsMissed,
     checkpoints_failed: o.checkpointsFailed,
     restores: o.restores,
+    restores_failed: o.restoresFailed,
     last_checkpoint_id: o.lastCheckpointId,
     pause_ms_median: sorted.length ? sorted[Math.floor(sorted.length / 2)] : null,
     wall_ms: o.wallMs,

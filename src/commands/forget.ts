@@ -4,7 +4,8 @@ import {checkpointId} from '../cli/flags.js'
 import {BaseCommand, fleetFlags, timeoutFlag, fleetExitCodes} from '../cli/base.js'
 import {parseRolloutFlags, readRolloutIds} from '../cli/inputs.js'
 import {ControllerError} from '../coordination/errors.js'
-import {forget} from '../coordination/operations.js'
+import {forget, retirePreview} from '../coordination/operations.js'
+import {note, warn} from '../cli/output.js'
 
 export default class Forget extends BaseCommand<typeof Forget> {
   static override summary = 'Drop the retire marks of rollouts that are done for good.'
@@ -17,6 +18,7 @@ again, for every rollout retired or restored. Same order and phase rules as reti
     rollouts: Flags.string({summary: "File of rollout IDs, one per line ('-' for stdin)."}),
     id: checkpointId({summary: 'Checkpoint ID sent with the call.', default: 'forget'}),
     timeout: timeoutFlag,
+    'dry-run': Flags.boolean({summary: 'Show the stages, servers and calls it would send, and who would refuse; send nothing but status probes.'}),
   }
 
   async run() {
@@ -24,7 +26,16 @@ again, for every rollout retired or restored. Same order and phase rules as reti
     const id = this.flags.id
     const ids = [...parseRolloutFlags(this.flags.rollout ?? []), ...(this.flags.rollouts ? await readRolloutIds(this.flags.rollouts) : [])]
     if (ids.length === 0) throw new ControllerError('input', 'nothing to forget: pass --rollout or --rollouts')
-    const {coordinator} = await this.connect()
+    const {coordinator, discovery} = await this.connect()
+    if (this.flags['dry-run']) {
+      const preview = retirePreview(discovery.participants, ids.length, id)
+      if (!this.jsonEnabled()) {
+        for (const st of preview.stages) this.log(`${st.stage}: ${st.servers.join(', ')}`)
+        note(`would forget ${ids.length} rollout(s) in ${preview.calls_per_server} call(s) per server; sent nothing`)
+        for (const r of preview.would_refuse) warn(`${r.server} would refuse it: phase ${r.phase}${r.checkpoint_id ? ` of '${r.checkpoint_id}'` : ''} (resume first)`)
+      }
+      return {dry_run: true, count: ids.length, ...preview}
+    }
     const n = await forget(coordinator, id, ids, Date.now() / 1000 + this.flags.timeout)
     if (!this.jsonEnabled()) this.log(`forgot ${n} rollout(s) on ${coordinator.participants.length} participant(s)`)
     return {forgotten: n, participants: coordinator.participants.length}

@@ -4,7 +4,8 @@ import {checkpointId} from '../cli/flags.js'
 import {BaseCommand, fleetFlags, timeoutFlag, fleetExitCodes} from '../cli/base.js'
 import {parseEpisodeFlags, readEpisodes} from '../cli/inputs.js'
 import {ControllerError} from '../coordination/errors.js'
-import {retire} from '../coordination/operations.js'
+import {retire, retirePreview} from '../coordination/operations.js'
+import {note, warn} from '../cli/output.js'
 
 export default class Retire extends BaseCommand<typeof Retire> {
   static override summary = 'Stop and free attempts everywhere, callers first; they stay refused until forget.'
@@ -18,6 +19,7 @@ a late request of a retired attempt gets 409 stale_attempt. Sent in batches of 1
     episodes: Flags.string({summary: "File of attempts ('-' for stdin)."}),
     id: checkpointId({summary: 'Checkpoint ID sent with the call (a restored fleet needs its restore ID).', default: 'retire'}),
     timeout: timeoutFlag,
+    'dry-run': Flags.boolean({summary: 'Show the stages, servers and calls it would send, and who would refuse; send nothing but status probes.'}),
   }
 
   async run() {
@@ -25,7 +27,16 @@ a late request of a retired attempt gets 409 stale_attempt. Sent in batches of 1
     const id = this.flags.id
     const episodes = [...parseEpisodeFlags(this.flags.episode ?? []), ...(this.flags.episodes ? await readEpisodes(this.flags.episodes) : [])]
     if (episodes.length === 0) throw new ControllerError('input', 'nothing to retire: pass --episode or --episodes')
-    const {coordinator} = await this.connect()
+    const {coordinator, discovery} = await this.connect()
+    if (this.flags['dry-run']) {
+      const preview = retirePreview(discovery.participants, episodes.length, id)
+      if (!this.jsonEnabled()) {
+        for (const st of preview.stages) this.log(`${st.stage}: ${st.servers.join(', ')}`)
+        note(`would retire ${episodes.length} attempt(s) in ${preview.calls_per_server} call(s) per server; sent nothing`)
+        for (const r of preview.would_refuse) warn(`${r.server} would refuse it: phase ${r.phase}${r.checkpoint_id ? ` of '${r.checkpoint_id}'` : ''} (resume first)`)
+      }
+      return {dry_run: true, count: episodes.length, ...preview}
+    }
     const n = await retire(coordinator, id, episodes, Date.now() / 1000 + this.flags.timeout)
     if (!this.jsonEnabled()) this.log(`retired ${n} attempt(s) on ${coordinator.participants.length} participant(s)`)
     return {retired: n, participants: coordinator.participants.length}

@@ -1,4 +1,4 @@
-import {readFile} from 'node:fs/promises'
+import {readFile, readdir, rm} from 'node:fs/promises'
 import path from 'node:path'
 import {Agent, request} from 'undici'
 
@@ -7,7 +7,7 @@ import {COLLECTION_MANIFEST, CollectInputError, DispatchLog, ResultsFile, Row, a
 import {applyPrune, planPrune} from '../storage/prune.js'
 import {readCheckpointSummary, readLatest} from '../storage/root.js'
 import {Log, checkpoint} from './controller.js'
-import {ControllerError} from './errors.js'
+import {ControllerError, CoordinationError} from './errors.js'
 import {Coordinator, RETIRE_BATCH, forget, retire} from './operations.js'
 import {restoreCheckpoint} from './restore.js'
 import {RunTracker} from './runs.js'
@@ -46,6 +46,8 @@ export interface CollectStats {
   checkpointsMissed: number
   checkpointsFailed: number
   restores: number
+  /** Restores sent on --resume that failed (their rows started over). */
+  restoresFailed: number
   lastCheckpointId: string | null
   lastCheckpointAt: string | null
   /** How long dispatch was paused for each checkpoint taken, ms. */
@@ -98,7 +100,7 @@ export class Collector {
     private readonly opts: CollectOptions,
   ) {
     this.data = new Agent({connections: opts.concurrency, headersTimeout: 0, bodyTimeout: 0, keepAliveTimeout: 30_000})
-    this.stats = {total: opts.rows.length, done: 0, failed: 0, inFlight: 0, queued: 0, retried: 0, checkpoints: 0, checkpointsMissed: 0, checkpointsFailed: 0, restores: 0, lastCheckpointId: null, lastCheckpointAt: null, pausesMs: []}
+    this.stats = {total: opts.rows.length, done: 0, failed: 0, inFlight: 0, queued: 0, retried: 0, checkpoints: 0, checkpointsMissed: 0, checkpointsFailed: 0, restores: 0, restoresFailed: 0, lastCheckpointId: null, lastCheckpointAt: null, pausesMs: []}
   }
 
   /** SIGUSR1: take a checkpoint as soon as possible and go on. */
@@ -188,15 +190,30 @@ export class Collector {
       }
       const retireFirst = unfinished.filter((r) => !restored.has(r.rolloutId) && logged(r.rolloutId) !== undefined).map((r) => ({rolloutId: r.rolloutId, attempt: logged(r.rolloutId)!}))
       this.opts.log(`resuming run ${prev.runId}: restoring checkpoint '${latest}' (${restored.size} row(s) continue from it; ${retireFirst.length} start over)`)
-      const r = await restoreCheckpoint(this.c, {location: root, checkpointId: latest, timeoutS: this.opts.timeoutS, skipRollouts: skip, retireFirst, log: this.opts.log})
-      this.stats.restores++
-      this.tracker.noteRestored(r.replacements)
-      for (const e of r.replacements) {
-        this.queue.push({row: byId.get(e.rolloutId)!, attempt: e.attempt})
-        this.retiredOrRestored.add(e.rolloutId)
-      }
-      for (const e of r.restarted) this.retiredOrRestored.add(e.rolloutId)
       for (const e of retireFirst) this.retiredOrRestored.add(e.rolloutId)
+      try {
+        const r = await restoreCheckpoint(this.c, {location: root, checkpointId: latest, timeoutS: this.opts.timeoutS, skipRollouts: skip, retireFirst, log: this.opts.log})
+        this.stats.restores++
+        this.tracker.noteRestored(r.replacements)
+        for (const e of r.replacements) {
+          this.queue.push({row: byId.get(e.rolloutId)!, attempt: e.attempt})
+          this.retiredOrRestored.add(e.rolloutId)
+        }
+        for (const e of r.restarted) this.retiredOrRestored.add(e.rolloutId)
+      } catch (err) {
+        // The restore was sent and failed: its cleanup retired the replacement attempts and
+        // resumed the fleet. As Gym's collector does (reference 9.7 C.5), those rows start over
+        // from input two attempts after the checkpointed one; the run goes on. A restore refused
+        // before anything was sent (busy fleet, invalid checkpoint) still stops the command.
+        if (!(err instanceof CoordinationError && err.operation === 'restore')) throw err
+        this.stats.restoresFailed++
+        this.opts.log(`restore of '${latest}' failed; its ${restored.size} row(s) start over from input: ${err.message}`)
+        for (const e of restored.values()) {
+          this.queue.push({row: byId.get(e.rolloutId)!, attempt: e.attempt + 2})
+          this.retiredOrRestored.add(e.rolloutId)
+        }
+        restored.clear()
+      }
     } else {
       // The crashed run never published a checkpoint of its own: every unfinished row starts
       // over, its logged attempt retired first so nothing of it can still write.
@@ -205,8 +222,9 @@ export class Collector {
       if (retireFirst.length) await retire(this.c, 'retire', retireFirst, Date.now() / 1000 + this.opts.timeoutS)
       for (const e of retireFirst) this.retiredOrRestored.add(e.rolloutId)
     }
+    const queued = new Set(this.queue.map((p) => p.row.rolloutId))
     for (const row of unfinished) {
-      if (restored.has(row.rolloutId)) continue
+      if (restored.has(row.rolloutId) || queued.has(row.rolloutId)) continue
       const last = logged(row.rolloutId)
       this.queue.push({row, attempt: last === undefined ? 0 : last + 1})
     }
@@ -217,8 +235,9 @@ export class Collector {
     for (;;) {
       const woken = new Promise<void>((r) => (this.wake = r))
       if (this.stopWanted) {
-        const ok = this.inFlight > 0 || this.queue.length > 0 ? await this.takeCheckpoint(runId) : true
-        return {end: 'stopped', stopCheckpointed: ok}
+        // Nothing left to run: the run is finished, not stopped (no --resume is needed).
+        if (this.inFlight === 0 && this.queue.length === 0 && this.toRetire.length === 0) return {end: 'finished', stopCheckpointed: false}
+        return {end: 'stopped', stopCheckpointed: await this.takeCheckpoint(runId)}
       }
       if (this.checkpointWanted) {
         this.checkpointWanted = false
@@ -283,7 +302,18 @@ export class Collector {
   }
 
   private async settled(p: Pending, r: Awaited<ReturnType<Collector['send']>>): Promise<void> {
-    this.inFlight--
+    // Still in flight until its row is written: the run must not end (and close the output)
+    // while the last rows' appends are pending.
+    try {
+      await this.record(p, r)
+    } finally {
+      this.inFlight--
+      this.progress()
+      this.wake()
+    }
+  }
+
+  private async record(p: Pending, r: Awaited<ReturnType<Collector['send']>>): Promise<void> {
     const id = p.row.rolloutId
     if (r.ok) {
       await this.opts.output.append({...r.reply, _ng_rollout_id: id, _ng_attempt_index: p.attempt})
@@ -295,8 +325,6 @@ export class Collector {
       this.opts.log(`/run of ${captureKey({rolloutId: id, attempt: p.attempt})} failed: ${r.error}`)
       this.toRetire.push({...p, error: r.error})
     }
-    this.progress()
-    this.wake()
   }
 
   /** Retires failed attempts everywhere (batched), then queues each as its next attempt. */
@@ -366,6 +394,11 @@ export class Collector {
   private async prune(): Promise<void> {
     try {
       await applyPrune(await planPrune(this.opts.root, KEEP_CHECKPOINTS))
+      // Leftover temp files of an interrupted atomic write (ours or Gym's collector's), as Gym's
+      // collector removes them: this collector holds the root, so none of them is in use.
+      for (const name of await readdir(this.opts.root)) {
+        if (/^\.[^/]+\.[0-9a-f]{8}$/.test(name)) await rm(path.join(this.opts.root, name), {force: true})
+      }
     } catch (err) {
       this.opts.log(`prune of ${this.opts.root} failed: ${(err as Error).message}`)
     }

@@ -174,6 +174,20 @@ async function staged<O extends 'retire' | 'forget'>(c: Coordinator, op: O, body
 
 export const RETIRE_BATCH = 1024
 
+/**
+ * What a retire or forget would send, for a dry run: its stages in order, their servers, the
+ * number of calls per server, and the participants that would refuse it (a checkpoint open).
+ */
+export function retirePreview(participants: (Participant & {status?: {phase: string; checkpoint_id: string | null}})[], items: number, checkpointId: string) {
+  return {
+    stages: stagesOf(participants, RETIRE_ORDER).map((s) => ({stage: s.name, servers: s.members.map((m) => m.server)})),
+    calls_per_server: Math.ceil(items / RETIRE_BATCH),
+    would_refuse: participants
+      .filter((p) => p.status && ((p.status.phase !== 'idle' && p.status.phase !== 'restored') || (p.status.checkpoint_id !== null && p.status.checkpoint_id !== checkpointId)))
+      .map((p) => ({server: p.server, phase: p.status!.phase, checkpoint_id: p.status!.checkpoint_id})),
+  }
+}
+
 /** Retires callers before callees, in batches; an empty list makes no call. */
 export async function retire(c: Coordinator, checkpointId: string, episodes: EpisodeId[], deadlineTs: number): Promise<number> {
   let n = 0

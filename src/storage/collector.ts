@@ -244,7 +244,7 @@ function alive(pid: number): boolean {
   }
 }
 
-/** Takes `<root>/collector.pid`; refuses while another live collector holds it. */
+/** Takes `<root>/collector.pid`; refuses while another live collector holds it (this process may take it again). */
 export async function acquirePidLock(root: string): Promise<() => Promise<void>> {
   const file = path.join(root, PID_FILE)
   const text = await readFile(file, 'utf8').catch(() => null)
