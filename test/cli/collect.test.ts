@@ -30,11 +30,12 @@ function collect(fleet: {serverArgs(): string[]}, w: {input: string; output: str
 
 const fileOrNull = (f: string) => readFile(f, 'utf8').catch(() => null)
 
-describe('gymckpt collect (built, run as a process)', () => {
+// Each test runs one to three CLI processes one after another: on 2 busy cores that takes a while.
+describe('gymckpt collect (built, run as a process)', {timeout: 60_000}, () => {
   it('exit 0 when every row finished; --json prints the summary; rows named by task and rollout index', async () => {
     const rows = Array.from({length: 10}, (_, i) => ({_ng_task_index: Math.floor(i / 2), _ng_rollout_index: i % 2, input: `q${i}`, steps: 3 + (i % 3), step_ms: 10})) as unknown as RowBody[]
     const [reference, fleet, w] = await Promise.all([uninterrupted(rows), startFleet({members: FULL}), tempDir().then((d) => workdir(d, rows))])
-    const r = await collect(fleet, w, ['--concurrency', '4', '--checkpoint-every', 'off', '--json'])
+    const r = await collect(fleet, w, ['--agent', 'env', '--concurrency', '4', '--checkpoint-every', 'off', '--json'])
     expect(r.code, r.stderr).toBe(0)
     expect(r.json).toMatchObject({ok: true, end: 'finished', rows: 10, done: 10, failed: 0, retried: 0, checkpoints: 0, checkpoints_missed: 0, checkpoints_failed: 0, restores: 0, last_checkpoint_id: null, failed_rows: []})
     expect(r.json.run_id).toMatch(/^[0-9a-f]{32}$/)
@@ -104,6 +105,13 @@ describe('gymckpt collect (built, run as a process)', () => {
     expect(human.stderr).toContain(`error: ${w.input}:3`)
     for (const s of fleet.servers) expect(s.journal, s.name).toEqual([])
     expect(await readdir(w.root)).toEqual([])
+
+    // A server that is not in the fleet: refused after discovery, before any /run.
+    const good = await workdir(await tempDir(), makeRows(2))
+    const agent = await collect(fleet, good, ['--agent', 'nosuch', '--json'])
+    expect(agent.code).toBe(2)
+    expect(agent.json.error.message).toContain('--agent nosuch: no such server in the fleet')
+    expect(runsSent(fleet.server('env'))).toEqual([])
   })
 
   it('exit 2 while another live collector holds the root, touching nothing of its run', async () => {
