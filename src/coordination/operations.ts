@@ -95,16 +95,23 @@ export function restartsOf(lists: string[][]): EpisodeId[] {
   return out
 }
 
-/** `episodes` in their order (duplicates kept) minus every restart: one Set lookup per episode. */
+/** `episodes` in their order (duplicates kept) minus every restart: one Map lookup per episode. */
 export function continuedOf(episodes: EpisodeId[], restarts: EpisodeId[]): EpisodeId[] {
   if (restarts.length === 0) return episodes.slice()
-  const out = new Set<string>()
-  for (const r of restarts) out.add(episodeKey(r))
-  return episodes.filter((e) => !out.has(episodeKey(e)))
+  // Keyed by the rollout ID the episode already holds (no key string built per episode); almost
+  // always one restarted attempt per rollout, else the set of them.
+  const restarted = new Map<string, number | Set<number>>()
+  for (const r of restarts) {
+    const a = restarted.get(r.rolloutId)
+    if (a === undefined) restarted.set(r.rolloutId, r.attempt)
+    else if (typeof a !== 'number') a.add(r.attempt)
+    else if (a !== r.attempt) restarted.set(r.rolloutId, new Set([a, r.attempt]))
+  }
+  return episodes.filter((e) => {
+    const a = restarted.get(e.rolloutId)
+    return a === undefined || (typeof a === 'number' ? a !== e.attempt : !a.has(e.attempt))
+  })
 }
-
-// Unambiguous whatever the rollout ID holds: the attempt is digits, so the first ':' ends it.
-const episodeKey = (e: EpisodeId): string => `${e.attempt}:${e.rolloutId}`
 
 /** Prepares stage by stage (environment, model, agent, resources), stopping at the first not ready. */
 export async function prepare(c: Coordinator, checkpointId: string, deadlineTs: number): Promise<PrepareResult> {

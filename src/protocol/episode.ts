@@ -33,6 +33,9 @@ export class InvalidEpisodeError extends Error {
 }
 
 export function episode(rolloutId: string, attempt = 0): EpisodeId {
+  // What RolloutIdSchema accepts, checked without building a parse result: the scope math parses
+  // every reported restart (10,000 at a time), and only a refused ID needs the schema's message.
+  if (SAFE_ID_PATTERN.test(rolloutId) && !RESERVED_SUFFIX.test(rolloutId) && Number.isSafeInteger(attempt) && attempt >= 0) return {rolloutId, attempt}
   const parsed = RolloutIdSchema.safeParse(rolloutId)
   if (!parsed.success) throw new InvalidEpisodeError(`invalid rollout ID '${rolloutId}': ${parsed.error.issues[0]?.message}`)
   if (!Number.isSafeInteger(attempt) || attempt < 0) throw new InvalidEpisodeError(`invalid attempt ${attempt} for rollout '${rolloutId}'`)
