@@ -54,7 +54,7 @@ const EPISODE_ID = Buffer.from('episode_id')
  */
 export class JsonScanner {
   error: ScanError = ScanError.None
-  /** Top-level keys spelled `episode_id`, plus any top-level key that could be (escaped, split). */
+  /** Top-level keys that are `episode_id`, however spelled (escapes are decoded to compare). */
   episodeKeys = 0
   private stack = new Uint8Array(64)
   private depth = 0

@@ -57,7 +57,11 @@ export interface VerifyOptions {
   id?: string
   /** Participants that a restore would ask; each must have its directory (restore --dry-run). */
   expect?: {kind: string; instance: string; server?: string}[]
-  /** Participant directories verified at once (default: one per core, in worker threads). */
+  /**
+   * Participant directories verified at once (default: one per core but one, in worker threads; on
+   * two cores that is this thread alone: the cold workers and V8's own compiler and GC threads then
+   * compete for the second core, and one thread verified faster in every run of bench/verify.mjs).
+   */
   concurrency?: number
   /** Below this many bytes of state, directories are read in this thread (default 128 MiB). */
   workerMinBytes?: number
@@ -188,7 +192,7 @@ export async function verifyCheckpoint(location: string, opts: VerifyOptions = {
 
   const dirs = await listParticipantDirs(checkpointDir)
   if (dirs.length === 0) problems.push({severity: 'error', where: checkpointDir, message: 'no participant state under gym/'})
-  const concurrency = Math.max(1, opts.concurrency ?? os.availableParallelism())
+  const concurrency = Math.max(1, opts.concurrency ?? os.availableParallelism() - 1)
   const results: VerifiedParticipant[] = dirs.map((d) => ({...d, ok: false, records: 0, bytes: 0, recordsSha256: null, episodes: [], inScope: 0, outsideScope: 0, scopeWithoutRecord: 0}))
   const scope = new Set(report.continued)
   // Problems per directory, reported in directory order whichever thread finishes first.
