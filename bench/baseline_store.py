@@ -32,8 +32,25 @@ PREFIX = re.compile(rb'^\{"episode_id": \{"rollout_id": "([A-Za-z0-9][A-Za-z0-9.
 
 
 def rss_kb():
-    # ru_maxrss is in KB on Linux.
+    # VmHWM belongs to this program alone (getrusage's ru_maxrss survives execve on Linux, so it
+    # would report the size of the process that spawned this one).
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def reset_peak_rss():
+    # Linux: `5` in clear_refs starts VmHWM over from the current RSS.
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
 
 
 def current_rss_kb():
@@ -59,6 +76,7 @@ def fsync_dir(path):
 def commit(source, checkpoint_dir, kind, instance, checkpoint_id):
     with open(source, "rb") as f:
         records = [json.loads(line) for line in f]
+    reset_peak_rss()
     data_rss = current_rss_kb()
     t0 = time.perf_counter()
     d = os.path.join(checkpoint_dir, "gym", kind, instance)
@@ -103,6 +121,7 @@ def restore(d, mode, scope_file=None):
     if scope_file:
         with open(scope_file) as f:
             scope = {line.strip() for line in f if line.strip()}
+    reset_peak_rss()
     data_rss = current_rss_kb()
     t0 = time.perf_counter()
     with open(os.path.join(d, "manifest.json")) as f:

@@ -63,7 +63,7 @@ try {
     if (ra.kept !== N) throw new Error(`restored ${ra.kept} of ${N}`)
     m.gymRestoreAll.push(ra.ms)
     m.gymRestoredCommit.push(ra.commit_ms)
-    peak('gymRestoreAll', ra)
+    peak('gymRestoreAll', {peak_rss_kb: ra.restore_peak_rss_kb})
     rss.gymRestoredCommitOver = Math.max(rss.gymRestoredCommitOver ?? 0, ra.peak_rss_kb - ra.restored_rss_kb)
     const pa = py('restore', agentDir(fresh), 'decode-every')
     if (pa) {

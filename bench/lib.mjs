@@ -1,6 +1,6 @@
 // Shared helpers for the benchmarks (plain ESM over the built dist/).
 import {execFileSync, spawnSync} from 'node:child_process'
-import {existsSync} from 'node:fs'
+import {existsSync, readFileSync, writeFileSync} from 'node:fs'
 
 export function median(xs) {
   const s = [...xs].sort((a, b) => a - b)
@@ -85,4 +85,23 @@ export function load() {
 /** Reads files once so that every tool then reads them from the page cache. */
 export function warm(files) {
   spawnSync('sh', ['-c', 'cat "$@" > /dev/null', 'sh', ...files], {stdio: 'ignore'})
+}
+
+/**
+ * This process's peak RSS in KB: VmHWM, which belongs to this program alone. (getrusage's maxrss
+ * survives execve on Linux, so a child spawned by a large parent would report the parent's size.)
+ */
+export function peakRssKb() {
+  try {
+    const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync('/proc/self/status', 'utf8'))
+    if (m) return Number(m[1])
+  } catch {}
+  return process.resourceUsage().maxRSS
+}
+
+/** Starts peakRssKb over from the current RSS (Linux: `5` in clear_refs resets VmHWM). */
+export function resetPeakRss() {
+  try {
+    writeFileSync('/proc/self/clear_refs', '5')
+  } catch {}
 }

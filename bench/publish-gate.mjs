@@ -12,7 +12,7 @@ import path from 'node:path'
 
 import {realisticRecord} from './data.mjs'
 import {load as loadDist} from './dist.mjs'
-import {arg, load, machine, mb, median, ratio, secs, table} from './lib.mjs'
+import {arg, load, machine, mb, median, peakRssKb, ratio, secs, table} from './lib.mjs'
 
 const {Fleet} = await loadDist('control-plane/fleet.js')
 const {SimDownstream} = await loadDist('control-plane/sim.js')
@@ -85,4 +85,4 @@ table('', ['measurement', 'time', 'share of the commit', 'goal', ''], [
   ['publish gate (verifyCheckpoint as commitAndPublish calls it)', secs(median(m.gate)), q.toFixed(2), '< 0.15', q < 0.15 ? 'met' : 'not met'],
   ['commit + publish (manifest, gate, LATEST)', secs(median(m.published)), added.toFixed(2), '', ''],
 ])
-console.log(`controller + participants peak RSS ${mb(process.resourceUsage().maxRSS)} (one process: 1,000 sessions held in memory)`)
+console.log(`controller + participants peak RSS ${mb(peakRssKb())} (one process: 1,000 sessions held in memory)`)

@@ -67,11 +67,12 @@ async function makeCheckpoint(root, set) {
 
 const verifyScript = (dir, opts = {}) => `
   import {verifyCheckpoint} from ${JSON.stringify(new URL('storage/verify.js', DIST).href)}
+  import {peakRssKb} from ${JSON.stringify(new URL('./lib.mjs', import.meta.url).href)}
   const t = performance.now()
   const r = await verifyCheckpoint(${JSON.stringify(dir)}, ${JSON.stringify(opts)})
   const ms = performance.now() - t
   if (!r.ok) { console.error(JSON.stringify(r.problems)); process.exit(1) }
-  console.log(JSON.stringify({ms, peak_rss_kb: process.resourceUsage().maxRSS}))
+  console.log(JSON.stringify({ms, peak_rss_kb: peakRssKb()}))
 `
 
 const root = await mkdtemp(path.join(os.tmpdir(), 'gymckpt-bench-verify-'))
