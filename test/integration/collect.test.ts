@@ -4,6 +4,7 @@ import path from 'node:path'
 import {describe, expect, it} from 'vitest'
 
 import {SimEnvironment} from '../../src/control-plane/sim.js'
+import type {CollectStats} from '../../src/coordination/collect.js'
 import {runCollectDemo} from '../../src/demo/collect-scenario.js'
 import {readCheckpointSummary} from '../../src/storage/root.js'
 import {
@@ -83,10 +84,13 @@ describe('collect: checkpoints while rows run', () => {
     const fleet = await startFleet({members: [...FULL, {name: 'res2', kind: 'resources'}]})
     const env = fleet.server('env').participant as SimEnvironment
     env.downstream = env.downstream.filter((d) => d.name !== 'res2')
-    const rows = rowsOf(25)
+    // Slower rows than the other tests (240 to 780 ms each): the second checkpoint must find rows
+    // still running after the first one was published and a server crashed.
+    const rows = rowsOf(60)
     const [reference, w] = await Promise.all([uninterrupted(rows), tempDir().then((d) => workdir(d, rows))])
     const c = await coordinatorFor(fleet)
-    const {collector} = await inProcess(c, fleet, w, {concurrency: 4})
+    let stats: CollectStats | undefined
+    const {collector} = await inProcess(c, fleet, w, {concurrency: 4, onProgress: (s) => (stats = s)})
     const done = collector.run()
     await waitFor(() => [...env.episodes.values()].filter((e) => (e.boundary?.step ?? 0) >= 2).length >= 2, 10_000, 'episodes past step 2')
     collector.requestCheckpoint()
@@ -99,6 +103,8 @@ describe('collect: checkpoints while rows run', () => {
     expect(summary!.continued.every((e) => e.attempt === 0)).toBe(true)
 
     await fleet.server('res2').crash()
+    // A checkpoint request with nothing in flight is skipped, not failed: ask while rows run.
+    await waitFor(() => (stats?.inFlight ?? 0) >= 1 && (stats?.queued ?? 0) >= 1, 10_000, 'rows in flight and queued after the crash')
     collector.requestCheckpoint()
     const out = await done
     expect(out.end).toBe('finished')
