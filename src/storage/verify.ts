@@ -58,12 +58,11 @@ export interface VerifyOptions {
   /** Participants that a restore would ask; each must have its directory (restore --dry-run). */
   expect?: {kind: string; instance: string; server?: string}[]
   /**
-   * Participant directories verified at once (default: one per core but one, in worker threads; on
-   * two cores that is this thread alone: the cold workers and V8's own compiler and GC threads then
-   * compete for the second core, and one thread verified faster in every run of bench/verify.mjs).
+   * Participant directories verified at once (default: one per core): this thread and
+   * `concurrency - 1` worker threads.
    */
   concurrency?: number
-  /** Below this many bytes of state, directories are read in this thread (default 128 MiB). */
+  /** Below this many bytes of state, directories are read in this thread alone (default 64 MiB). */
   workerMinBytes?: number
 }
 
@@ -92,7 +91,7 @@ export async function verifyDir(job: DirJob): Promise<DirResult> {
 }
 
 const WORKER_URL = new URL('./verify-worker.js', import.meta.url)
-const WORKER_MIN_BYTES = 128 << 20
+const WORKER_MIN_BYTES = 64 << 20
 
 async function totalBytes(dirs: {dir: string}[]): Promise<number> {
   let n = 0
@@ -103,38 +102,37 @@ async function totalBytes(dirs: {dir: string}[]): Promise<number> {
 }
 
 /**
- * Reads participant directories, several at once in worker threads when there are several
- * directories and cores (hashing and scanning are CPU-bound), else in this thread.
+ * Reads participant directories, several at once when there are several directories and cores
+ * (hashing and scanning are CPU-bound): this thread verifies directories alongside
+ * `concurrency - 1` worker threads, which take the first directories (they start cold, so they
+ * start first) while this thread takes the next; each takes another when done.
  */
 async function readAll(dirs: DirJob[], concurrency: number, minBytes: number, each: (i: number, r: DirResult | CheckpointStateError) => void): Promise<void> {
   const threads = Math.min(concurrency, dirs.length)
   // A worker costs a start and a cold JIT: worth it only for enough bytes to hash and scan.
-  const useWorkers = threads > 1 && existsSync(fileURLToPath(WORKER_URL)) && (await totalBytes(dirs)) >= minBytes
+  const workers = threads > 1 && existsSync(fileURLToPath(WORKER_URL)) && (await totalBytes(dirs)) >= minBytes ? threads - 1 : 0
   let next = 0
+  let failed = false
+  const take = () => (failed || next >= dirs.length ? -1 : next++)
   const runInline = async () => {
-    while (next < dirs.length) {
-      const i = next++
-      const d = dirs[i]!
+    for (let i = take(); i >= 0; i = take()) {
       try {
-        each(i, await verifyDir(d))
+        each(i, await verifyDir(dirs[i]!))
       } catch (err) {
         if (!(err instanceof CheckpointStateError)) throw err
         each(i, err)
       }
     }
   }
-  if (!useWorkers) return void (await Promise.all(Array.from({length: Math.max(1, threads)}, runInline)))
-  const runWorker = async () => {
+  const runWorker = async (first: number) => {
     // Not --input-type, which only applies to the main entry of `node -e`.
     const w = new Worker(WORKER_URL, {execArgv: process.execArgv.filter((a) => !a.startsWith('--input-type'))})
     try {
-      while (next < dirs.length) {
-        const i = next++
-        const d = dirs[i]!
+      for (let i = first; i >= 0; i = take()) {
         const reply = await new Promise<{ok: boolean; stateError?: boolean; message?: string} & Partial<DirResult>>((resolve, reject) => {
           w.once('message', resolve)
           w.once('error', reject)
-          w.postMessage({id: i, ...d})
+          w.postMessage({id: i, ...dirs[i]!})
         })
         w.removeAllListeners('error')
         if (reply.ok) each(i, reply as DirResult)
@@ -145,7 +143,10 @@ async function readAll(dirs: DirJob[], concurrency: number, minBytes: number, ea
       await w.terminate()
     }
   }
-  await Promise.all(Array.from({length: threads}, runWorker))
+  const running = Array.from({length: workers}, () => runWorker(take()))
+  running.push(runInline())
+  // The first failure (a worker that died, an I/O error) stops every thread taking more work.
+  await Promise.all(running.map((p) => p.catch((err: unknown) => ((failed = true), Promise.reject(err)))))
 }
 
 /**
@@ -192,7 +193,7 @@ export async function verifyCheckpoint(location: string, opts: VerifyOptions = {
 
   const dirs = await listParticipantDirs(checkpointDir)
   if (dirs.length === 0) problems.push({severity: 'error', where: checkpointDir, message: 'no participant state under gym/'})
-  const concurrency = Math.max(1, opts.concurrency ?? os.availableParallelism() - 1)
+  const concurrency = Math.max(1, opts.concurrency ?? os.availableParallelism())
   const results: VerifiedParticipant[] = dirs.map((d) => ({...d, ok: false, records: 0, bytes: 0, recordsSha256: null, episodes: [], inScope: 0, outsideScope: 0, scopeWithoutRecord: 0}))
   const scope = new Set(report.continued)
   // Problems per directory, reported in directory order whichever thread finishes first.

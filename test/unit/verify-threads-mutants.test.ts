@@ -80,7 +80,8 @@ describe('verify in worker threads, in process', () => {
     const {root} = await make(['a1', 'a2', 'a3', 'a4'], ['a1', 'a3'])
     const before = await starts()
     const r = await threaded.verifyCheckpoint(root, {concurrency: 2, workerMinBytes: 0})
-    expect(await starts()).toBe(before + 2)
+    // This thread and one worker.
+    expect(await starts()).toBe(before + 1)
     const one = await inline.verifyCheckpoint(root, {concurrency: 1})
     expect(r).toEqual(one)
     expect(r.ok).toBe(false)
@@ -100,13 +101,16 @@ describe('verify in worker threads, in process', () => {
     expect(r.participants[1]!.episodes).toEqual(one.participants[1]!.episodes)
   })
 
-  it('starts one worker per directory at most, and none below the byte threshold', async () => {
+  it('starts a worker per directory but the one this thread takes, and none below the byte threshold', async () => {
     const {root, bytes} = await make(['b1', 'b2', 'b3'])
     let before = await starts()
     const all = await threaded.verifyCheckpoint(root, {concurrency: 8, workerMinBytes: bytes})
     expect(all.ok).toBe(true)
-    // Exactly at the threshold: workers, one per directory even with more cores.
-    expect(await starts()).toBe(before + 3)
+    // Exactly at the threshold: workers, one per directory but this thread's, even with more cores.
+    expect(await starts()).toBe(before + 2)
+    before = await starts()
+    expect((await threaded.verifyCheckpoint(root, {concurrency: 2, workerMinBytes: 0})).ok).toBe(true)
+    expect(await starts()).toBe(before + 1)
     before = await starts()
     expect((await threaded.verifyCheckpoint(root, {concurrency: 8, workerMinBytes: bytes + 1})).ok).toBe(true)
     expect(await starts()).toBe(before)
@@ -118,6 +122,7 @@ describe('verify in worker threads, in process', () => {
   })
 
   it('a worker that dies fails the verification instead of hanging it', async () => {
+    // Workers take the first directories: the worker gets 'crash', this thread 'fine'.
     const {root} = await make(['crash', 'fine'])
     await expect(threaded.verifyCheckpoint(root, {concurrency: 2, workerMinBytes: 0})).rejects.toThrow('worker crashed')
   })
