@@ -1,6 +1,6 @@
 import color from 'ansis'
 
-import {CommitOutcome} from '../coordination/controller.js'
+import type {CommitOutcome, ParticipantTiming} from '../coordination/controller.js'
 import {EpisodeId, captureKey} from '../protocol/episode.js'
 
 /** Human output: tables on stdout, notes and progress on stderr. */
@@ -50,5 +50,18 @@ export function commitJson(out: CommitOutcome) {
     restarted: episodesJson(out.restarted),
     awaited_runs: episodesJson(out.awaitedRuns),
     participants: Object.fromEntries([...out.replies].map(([s, r]) => [s, {manifest: r.manifest, episode_ids: r.episode_ids}])),
+    timings: timingsJson(out.timings),
   }
+}
+
+/** Per participant: each phase's call time in ms (null: no such call), records and bytes. */
+export function timingsJson(t: ParticipantTiming[]) {
+  return t.map((r) => ({server: r.server, kind: r.kind, instance: r.instance, prepare_ms: r.prepareMs, commit_ms: r.commitMs, restore_ms: r.restoreMs, resume_ms: r.resumeMs, records: r.records, bytes: r.bytes}))
+}
+
+/** The timing table printed at the end of checkpoint, commit and restore: only the phases that ran. */
+export function timingsTable(t: ParticipantTiming[]): string {
+  const rows = timingsJson(t)
+  const phases = (['prepare_ms', 'commit_ms', 'restore_ms', 'resume_ms'] as const).filter((k) => rows.some((r) => r[k] !== null))
+  return table(rows, ['server', 'kind', 'instance', ...phases, 'records', 'bytes'])
 }

@@ -3,8 +3,8 @@ import {Flags} from '@oclif/core'
 import {BaseCommand, fleetFlags, timeoutFlag, fleetExitCodes} from '../cli/base.js'
 import {checkpointId, rootFlag, seconds} from '../cli/flags.js'
 import {readEpisodes} from '../cli/inputs.js'
-import {commitJson, keys, note, warn} from '../cli/output.js'
-import {withProgress} from '../cli/progress.js'
+import {commitJson, keys, note, timingsTable, warn} from '../cli/output.js'
+import {progressMode, withProgress} from '../cli/progress.js'
 import {checkpoint} from '../coordination/controller.js'
 import {ControllerError, nextStep} from '../coordination/errors.js'
 
@@ -33,10 +33,14 @@ is resumed before the command exits. Leases are renewed while it runs. Progress 
     const root = await this.rootDir(this.flags.root)
     const {coordinator} = await this.connect()
     const out = await withProgress(
-      {prepare: 'prepare (environment → model → agent → resources)', commit: 'commit and publish', resume: 'resume (resources → agent → model → environment)'},
-      !this.jsonEnabled() && process.stderr.isTTY === true,
-      (onPhase) =>
-        checkpoint(coordinator, {
+      {
+        prepare: {title: 'prepare (environment → model → agent → resources)', operations: ['prepare'], endsExplicitly: true},
+        commit: {title: 'commit and publish', operations: ['commit'], endsExplicitly: true},
+        resume: {title: 'resume (resources → agent → model → environment)', operations: ['resume']},
+      },
+      {mode: progressMode(this.jsonEnabled()), signal: this.signal},
+      ({onPhase, onCall}) =>
+        checkpoint({...coordinator, onCall}, {
           root,
           checkpointId: this.flags.id,
           timeoutS: this.flags.timeout,
@@ -54,6 +58,7 @@ is resumed before the command exits. Leases are renewed while it runs. Progress 
     })
     if (!this.jsonEnabled()) {
       this.log(out.checkpointDir)
+      note(timingsTable(out.timings))
       note(`checkpoint '${out.checkpointId}' published; continued: ${keys(out.continued)}; restarted: ${keys(out.restarted)}`)
     }
     return commitJson(out)

@@ -3,7 +3,8 @@ import {Flags} from '@oclif/core'
 import {checkpointId, rootFlag} from '../cli/flags.js'
 import {BaseCommand, fleetFlags, timeoutFlag, fleetExitCodes} from '../cli/base.js'
 import {readEpisodes} from '../cli/inputs.js'
-import {commitJson, keys, note, warn} from '../cli/output.js'
+import {commitJson, keys, note, timingsTable, warn} from '../cli/output.js'
+import {progressMode, withProgress} from '../cli/progress.js'
 import {afterClose, checkRoot, closeCheckpoint, commitAndPublish, openCheckpoints} from '../coordination/controller.js'
 import {DiscoveredParticipant} from '../coordination/discover.js'
 import {ControllerError, CoordinationError, failureMessage, nextStep} from '../coordination/errors.js'
@@ -62,13 +63,18 @@ Episodes: one per line as r, r-a2, r@2 or {"rollout_id":"r","attempt":2}; or a J
     }
     const restarts = restartsOf(discovery.participants.map((p) => p.status.report.restarts))
     if (!episodes) warn('no --episodes: committing without a scope; every participant exports all of its live episodes')
-    const out = await commitAndPublish(coordinator, {checkpointId: id, root, episodes, restarts, deadlineTs: Date.now() / 1000 + this.flags.timeout, publish: !this.flags['no-publish']}).catch((err: unknown) => {
+    const out = await withProgress(
+      {commit: {title: this.flags['no-publish'] ? 'commit' : 'commit and publish', operations: ['commit']}},
+      {mode: progressMode(this.jsonEnabled()), signal: this.signal},
+      ({onCall}) => commitAndPublish({...coordinator, onCall}, {checkpointId: id, root, episodes, restarts, deadlineTs: Date.now() / 1000 + this.flags.timeout, publish: !this.flags['no-publish']}),
+    ).catch((err: unknown) => {
       if (err instanceof ControllerError && err.next.length === 0) err.withNext(nextStep('resume', ['--id', id]))
       throw err
     })
     const next = [this.nextLine(nextStep('resume', ['--id', id]))]
     if (!this.jsonEnabled()) {
       this.log(out.checkpointDir)
+      note(timingsTable(out.timings))
       note(`committed '${id}' on ${out.replies.size} participant(s); continued: ${keys(out.continued)}; restarted: ${keys(out.restarted)}`)
       note(out.published ? `published: LATEST -> ${id}` : 'not published (--no-publish)')
       note(`the fleet stays closed until resumed; next: ${next[0]}`)

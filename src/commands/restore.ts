@@ -2,7 +2,8 @@ import {Args, Flags} from '@oclif/core'
 
 import {checkpointId, rootFlag} from '../cli/flags.js'
 import {BaseCommand, fleetFlags, timeoutFlag, fleetExitCodes} from '../cli/base.js'
-import {episodesJson, keys, note, table} from '../cli/output.js'
+import {episodesJson, keys, note, table, timingsJson, timingsTable} from '../cli/output.js'
+import {progressMode, withProgress} from '../cli/progress.js'
 import {ControllerError, CoordinationError, nextStep} from '../coordination/errors.js'
 import {RestorePlan, assertRestorable, planRestore, restoreCheckpoint} from '../coordination/restore.js'
 import {nextAttempt} from '../protocol/episode.js'
@@ -45,14 +46,27 @@ continued episode next at attempt + 1; start restarts over from input at attempt
       }
       return {dry_run: true, valid: true, ...planJson(plan)}
     }
-    const r = await restoreCheckpoint(coordinator, opts)
+    const r = await withProgress(
+      {
+        preflight: {title: 'preflight (fresh fleet, verify the checkpoint)', operations: []},
+        retire: {title: 'retire the crashed attempts of restarts', operations: ['retire']},
+        restore: {title: 'restore', operations: ['restore']},
+        resume: {title: 'resume (resources → agent → model → environment)', operations: ['resume']},
+      },
+      {mode: progressMode(this.jsonEnabled()), signal: this.signal},
+      ({onPhase, onCall}) => {
+        onPhase('preflight', 'start')
+        return restoreCheckpoint({...coordinator, onCall}, opts)
+      },
+    )
     const next = r.resumed ? [] : [this.nextLine(nextStep('resume', ['--id', r.restoreId]))]
     if (!this.jsonEnabled()) {
       this.log(r.restoreId)
       this.render(r, false)
+      note(timingsTable(r.timings))
       note(r.resumed ? `restored '${r.checkpointId}' and resumed the fleet` : `restored '${r.checkpointId}'; the fleet is closed until you resume it: ${next[0]}`)
     }
-    return {dry_run: false, restore_id: r.restoreId, resumed: r.resumed, ...planJson(r), restored: r.restoredByServer, next}
+    return {dry_run: false, restore_id: r.restoreId, resumed: r.resumed, ...planJson(r), restored: r.restoredByServer, timings: timingsJson(r.timings), next}
   }
 
   private render(plan: RestorePlan, dryRun: boolean): void {

@@ -63,10 +63,12 @@ export class ControlClient {
    * POSTs the same body bytes to every server at once. They share one deadline, so they share
    * one timeout signal: no timer per call.
    */
-  async callAll<O extends Operation>(servers: ServerRef[], op: O, body: Buffer, deadlineTs: number, signal?: AbortSignal): Promise<CallResult<ReplyOf<O>>[]> {
+  async callAll<O extends Operation>(servers: ServerRef[], op: O, body: Buffer, deadlineTs: number, signal?: AbortSignal, onResult?: (r: CallResult<ReplyOf<O>>) => void): Promise<CallResult<ReplyOf<O>>[]> {
     const limits = this.limits(this.timeoutMs(deadlineTs), signal)
+    const schema = REPLY_SCHEMAS[op] as unknown as z.ZodType<ReplyOf<O>>
     try {
-      return await Promise.all(servers.map((s) => this.exchange(s, 'POST', op, body, limits, REPLY_SCHEMAS[op] as unknown as z.ZodType<ReplyOf<O>>)))
+      // onResult hears each server as it settles (per-participant progress and timings).
+      return await Promise.all(servers.map((s) => (onResult ? this.exchange(s, 'POST', op, body, limits, schema).then((r) => (onResult(r), r)) : this.exchange(s, 'POST', op, body, limits, schema))))
     } finally {
       limits.dispose()
     }

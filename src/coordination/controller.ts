@@ -1,8 +1,8 @@
-import {mkdir} from 'node:fs/promises'
+import {mkdir, stat} from 'node:fs/promises'
 import path from 'node:path'
 
 import {EpisodeId, captureKey, fromCaptureKey, quoteInput, toWire} from '../protocol/episode.js'
-import {CommitReply, StatusReply} from '../protocol/wire.js'
+import {CommitReply, Operation, StatusReply} from '../protocol/wire.js'
 import {CheckpointStateError} from '../storage/errors.js'
 import {writeCollectionManifest} from '../storage/collector.js'
 import {probeWritableDir} from '../storage/fsutil.js'
@@ -10,9 +10,58 @@ import {verifyCheckpoint} from '../storage/verify.js'
 import {ControllerManifest, FORMAT_VERSION, describeFsError, publishLatest, writeControllerManifest} from '../storage/root.js'
 import {ControllerError, CoordinationError, NextStep, ParticipantFailure, failureMessage, nextStep} from './errors.js'
 import {Coordinator, PrepareResult, continuedOf, commit, prepare, renew, resume, statusAll} from './operations.js'
+import type {Participant} from './discover.js'
 import {RunTracker, newCheckpointId} from './runs.js'
 
 export type Log = (msg: string) => void
+
+/** One participant's share of an operation: its calls' wall time per phase, and what it wrote or installed. */
+export interface ParticipantTiming {
+  server: string
+  kind: string
+  instance: string
+  prepareMs: number | null
+  commitMs: number | null
+  restoreMs: number | null
+  resumeMs: number | null
+  /** Records it committed (its manifest's record_count) or restore installed. */
+  records: number | null
+  /** Bytes of its records file in the checkpoint. */
+  bytes: number | null
+}
+
+const TIMED = {prepare: 'prepareMs', commit: 'commitMs', restore: 'restoreMs', resume: 'resumeMs'} as const satisfies Partial<Record<Operation, keyof ParticipantTiming>>
+
+/** Times each participant's calls from the coordinator's call events (every call of an operation summed). */
+export class CallTimer {
+  private readonly ms = new Map<string, Partial<Record<Operation, number>>>()
+
+  /** The coordinator with its calls timed; the caller's own onCall still hears every event. */
+  wrap(c: Coordinator): Coordinator {
+    const outer = c.onCall
+    return {
+      ...c,
+      onCall: (e) => {
+        if (e.ms !== null) {
+          const t = this.ms.get(e.server) ?? {}
+          t[e.operation] = (t[e.operation] ?? 0) + e.ms
+          this.ms.set(e.server, t)
+        }
+        outer?.(e)
+      },
+    }
+  }
+
+  /** One row per participant, in the coordinator's order; sizes from the commit or restore. */
+  table(participants: Participant[], sizes: Map<string, {records: number | null; bytes: number | null}> = new Map()): ParticipantTiming[] {
+    return participants.map((p) => {
+      const t = this.ms.get(p.server) ?? {}
+      const row: ParticipantTiming = {server: p.server, kind: p.kind, instance: p.instance, prepareMs: null, commitMs: null, restoreMs: null, resumeMs: null, records: null, bytes: null}
+      for (const [op, key] of Object.entries(TIMED) as [keyof typeof TIMED, (typeof TIMED)[keyof typeof TIMED]][]) if (t[op] !== undefined) row[key] = Math.round(t[op])
+      return {...row, ...(sizes.get(p.server) ?? {})}
+    })
+  }
+}
 
 /** Renews every lease periodically while a long step (waiting, publishing) runs. */
 export class LeaseKeeper {
@@ -29,7 +78,7 @@ export class LeaseKeeper {
 
   start(): this {
     this.timer = setInterval(() => {
-      this.running = renew({...this.c, signal: undefined, onStage: undefined}, this.checkpointId, Date.now() / 1000 + this.extendS).catch((err: Error) => this.log(`lease renewal failed: ${err.message}`))
+      this.running = renew({...this.c, signal: undefined, onStage: undefined, onCall: undefined}, this.checkpointId, Date.now() / 1000 + this.extendS).catch((err: Error) => this.log(`lease renewal failed: ${err.message}`))
     }, this.everyMs)
     this.timer.unref()
     return this
@@ -160,6 +209,8 @@ export interface CommitOutcome {
   /** /run calls whose replies were awaited before the rollout set was built. */
   awaitedRuns: EpisodeId[]
   published: boolean
+  /** Per participant: its commit call's time, the records it committed and their bytes. */
+  timings: ParticipantTiming[]
 }
 
 /**
@@ -183,6 +234,8 @@ export async function checkRoot(root: string): Promise<string> {
  * succeeded.
  */
 export async function commitAndPublish(c: Coordinator, plan: CommitPlan): Promise<CommitOutcome> {
+  const timer = new CallTimer()
+  c = timer.wrap(c)
   const checkpointDir = path.join(path.resolve(plan.root), plan.checkpointId)
   try {
     await mkdir(checkpointDir, {recursive: true})
@@ -213,6 +266,7 @@ export async function commitAndPublish(c: Coordinator, plan: CommitPlan): Promis
   const continued = (scope ?? [...committed].sort().map(fromCaptureKey)).filter((e) => open === null || open.has(captureKey(e)))
   const restarted = plan.episodes ? plan.episodes.filter((e) => restartKeys.has(captureKey(e))) : plan.restarts
   const publish = plan.publish ?? true
+  let verified: {kind: string; instance: string; bytes: number}[] = []
   if (publish) {
     const manifest: ControllerManifest = {
       format_version: FORMAT_VERSION,
@@ -243,6 +297,7 @@ export async function commitAndPublish(c: Coordinator, plan: CommitPlan): Promis
       throw err
     })
     const errors = verify instanceof CheckpointStateError ? [verify.message] : verify.problems.filter((p) => p.severity === 'error').map((p) => `${p.where}: ${p.message}`)
+    if (!(verify instanceof CheckpointStateError)) verified = verify.participants
     if (errors.length) {
       throw new ControllerError('invalid_checkpoint', `checkpoint ${checkpointDir} was committed but does not verify, so it was not published (LATEST is unchanged): ${errors.join('; ')}`, {
         checkpoint_dir: checkpointDir,
@@ -255,7 +310,23 @@ export async function commitAndPublish(c: Coordinator, plan: CommitPlan): Promis
       throw new ControllerError('invalid_checkpoint', `cannot publish ${checkpointDir}: replacing ${path.join(path.resolve(plan.root), 'LATEST')} failed: ${describeFsError(err)}`)
     }
   }
-  return {checkpointId: plan.checkpointId, checkpointDir, continued, restarted, replies, awaitedRuns, published: publish}
+  const timings = timer.table(c.participants, await committedSizes(checkpointDir, replies, verified))
+  return {checkpointId: plan.checkpointId, checkpointDir, continued, restarted, replies, awaitedRuns, published: publish, timings}
+}
+
+/** Records and bytes per committing server: bytes from the publish gate's verify, else a stat of the records file. */
+async function committedSizes(checkpointDir: string, replies: Map<string, CommitReply>, verified: {kind: string; instance: string; bytes: number}[]): Promise<Map<string, {records: number; bytes: number | null}>> {
+  const out = new Map<string, {records: number; bytes: number | null}>()
+  await Promise.all(
+    [...replies].map(async ([server, r]) => {
+      const m = r.manifest
+      let bytes = verified.find((v) => v.kind === m.kind && v.instance === m.instance)?.bytes ?? null
+      // Names from a participant are untrusted: only a base name is joined, and only stat'ed.
+      if (bytes === null) bytes = await stat(path.join(checkpointDir, 'gym', path.basename(m.kind), path.basename(m.instance), path.basename(m.records_file))).then((st) => st.size, () => null)
+      out.set(server, {records: m.record_count, bytes})
+    }),
+  )
+  return out
 }
 
 export interface CheckpointOptions {
@@ -289,6 +360,8 @@ export async function checkpoint(c: Coordinator, opts: CheckpointOptions): Promi
   const id = opts.checkpointId ?? newCheckpointId()
   const deadlineTs = Date.now() / 1000 + timeoutS
   const phase = opts.onPhase ?? (() => {})
+  const timer = new CallTimer()
+  c = timer.wrap(c)
   await checkRoot(opts.root)
   phase('prepare', 'start')
   // prepareOrAbort resumes by itself when prepare does not succeed.
@@ -325,5 +398,6 @@ export async function checkpoint(c: Coordinator, opts: CheckpointOptions): Promi
   // A signal that came while the fleet was being resumed: the checkpoint stands, and the caller
   // still learns it was interrupted (exit 130), as for any other phase.
   if (c.signal?.aborted) throw new ControllerError('interrupted', `interrupted after checkpoint '${id}' was published; the fleet was resumed`, {checkpoint_id: id, checkpoint_dir: outcome.checkpointDir, published: outcome.published})
-  return {...outcome, prepare: prep}
+  const sizes = new Map(outcome.timings.map((t) => [t.server, {records: t.records, bytes: t.bytes}]))
+  return {...outcome, prepare: prep, timings: timer.table(c.participants, sizes)}
 }

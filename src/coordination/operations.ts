@@ -1,6 +1,6 @@
 import {EpisodeId, fromCaptureKey, nextAttempt, toWire} from '../protocol/episode.js'
 import {Kind, Operation, PrepareReply, ReplyOf, StatusReply} from '../protocol/wire.js'
-import {ControlClient} from './client.js'
+import type {CallResult, ControlClient} from './client.js'
 import {KIND_ORDER, Participant, sortParticipants} from './discover.js'
 import {ControllerError, CoordinationError, ParticipantFailure} from './errors.js'
 
@@ -14,6 +14,20 @@ export interface Coordinator {
   signal?: AbortSignal
   /** Told when a stage starts and finishes (progress rendering lives in the CLI). */
   onStage?: (e: {operation: string; stage: string; servers: string[]; done?: boolean; failures?: number}) => void
+  /** Told when each participant's call is sent (`ms` null) and when it settles (timings, per-server progress). */
+  onCall?: (e: CallEvent) => void
+}
+
+export interface CallEvent {
+  operation: Operation
+  stage: string
+  server: string
+  deadlineTs: number
+  /** Null when sent; when settled, the milliseconds since the stage's calls were sent. */
+  ms: number | null
+  ok?: boolean
+  /** The failure's code when it failed (`interrupted`, `timeout`, a participant's code). */
+  code?: string | null
 }
 
 /** Encodes a fan-out body once; the same bytes go to every member of every stage. */
@@ -30,7 +44,13 @@ export interface StageResult<O extends Operation> {
 export async function fanOut<O extends Operation>(c: Coordinator, op: O, members: Participant[], body: Buffer, deadlineTs: number, stage = 'all'): Promise<StageResult<O>> {
   const servers = members.map((m) => m.server)
   c.onStage?.({operation: op, stage, servers})
-  const results = await c.client.callAll(members.map((m) => ({name: m.server, url: m.url})), op, body, deadlineTs, c.signal)
+  const onCall = c.onCall
+  const sent = performance.now()
+  if (onCall) for (const server of servers) onCall({operation: op, stage, server, deadlineTs, ms: null})
+  const settled = onCall
+    ? (r: CallResult<ReplyOf<O>>) => onCall({operation: op, stage, server: r.ok ? r.server : r.failure.server, deadlineTs, ms: performance.now() - sent, ok: r.ok, code: r.ok ? null : r.failure.code})
+    : undefined
+  const results = await c.client.callAll(members.map((m) => ({name: m.server, url: m.url})), op, body, deadlineTs, c.signal, settled)
   const replies = new Map<string, ReplyOf<O>>()
   const failures: ParticipantFailure[] = []
   for (const r of results) {

@@ -4,7 +4,7 @@ import {CheckpointStateError} from '../storage/errors.js'
 import {RestoreOutcome, appendRestoreLog} from '../storage/restore-log.js'
 import {readCheckpointSummary, resolveCheckpoint} from '../storage/root.js'
 import {VerifyReport, verifyCheckpoint} from '../storage/verify.js'
-import type {Log} from './controller.js'
+import {CallTimer, Log, ParticipantTiming} from './controller.js'
 import {ControllerError, CoordinationError, ParticipantFailure, failureMessage} from './errors.js'
 import {Coordinator, restore, resume, retire, statusAll} from './operations.js'
 import {newRestoreId} from './runs.js'
@@ -157,6 +157,8 @@ export interface RestoreResult extends RestorePlan {
   restoreId: string
   restoredByServer: Record<string, string[]>
   resumed: boolean
+  /** Per participant: its restore and resume calls' time, the records it installed and their file's bytes. */
+  timings: ParticipantTiming[]
 }
 
 /**
@@ -171,6 +173,8 @@ export interface RestoreResult extends RestorePlan {
 export async function restoreCheckpoint(c: Coordinator, opts: RestoreOptions): Promise<RestoreResult> {
   const timeoutS = opts.timeoutS ?? 300
   const restoreId = newRestoreId()
+  const timer = new CallTimer()
+  c = timer.wrap(c)
   const startedAt = new Date().toISOString()
   // Resolved once, so the restore and its log line name the same checkpoint even if LATEST moves.
   // An unresolvable location is left to planRestore, which reports it (and nothing is logged).
@@ -219,7 +223,10 @@ export async function restoreCheckpoint(c: Coordinator, opts: RestoreOptions): P
       resumed = true
     }
     await record('restored', undefined)
-    return {...plan, restoreId, restoredByServer: Object.fromEntries([...out.replies].map(([s, r]) => [s, r.restored])), resumed}
+    const sizes = new Map(
+      c.participants.map((p) => [p.server, {records: out.replies.get(p.server)?.restored.length ?? null, bytes: plan.verify?.participants.find((v) => v.kind === p.kind && v.instance === p.instance)?.bytes ?? null}]),
+    )
+    return {...plan, restoreId, restoredByServer: Object.fromEntries([...out.replies].map(([s, r]) => [s, r.restored])), resumed, timings: timer.table(c.participants, sizes)}
   } catch (err) {
     await record(outcome, err)
     throw err
