@@ -5,6 +5,8 @@
  * so a record far larger than a read buffer is checked without ever being held whole.
  */
 
+import {MAX_NESTING} from './pyjson.js'
+
 const enum S {
   Value,
   After,
@@ -19,6 +21,8 @@ export const enum ScanError {
   None = 0,
   Json = 1,
   Utf8 = 2,
+  /** Nested deeper than MAX_NESTING (as the exact reader refuses it). */
+  Depth = 3,
 }
 
 const WS = new Uint8Array(256)
@@ -36,11 +40,7 @@ for (let c = 0x80; c < 0x100; c++) STOP[c] = 1
 STOP[0x22] = 1
 STOP[0x5c] = 1
 
-/**
- * Deepest nesting accepted: as deep as the exact reader (pyLoads) decodes, so that verify never
- * passes a record that a restore refuses.
- */
-export const MAX_SCAN_DEPTH = 10_000
+export {MAX_NESTING}
 
 const EPISODE_ID = Buffer.from('episode_id')
 
@@ -242,8 +242,8 @@ export class JsonScanner {
       }
       if (c === 0x7b || c === 0x5b) {
         if (depth === stack.length) {
-          if (depth >= MAX_SCAN_DEPTH) return this.fail()
-          const grown = new Uint8Array(Math.min(depth * 2, MAX_SCAN_DEPTH))
+          if (depth >= MAX_NESTING) return this.fail(ScanError.Depth)
+          const grown = new Uint8Array(Math.min(depth * 2, MAX_NESTING))
           grown.set(stack)
           this.stack = stack = grown
         }

@@ -8,7 +8,7 @@ import {ParticipantManifest} from '../protocol/wire.js'
 import {CheckpointStateError, WriteStoppedError} from './errors.js'
 import {JsonScanner, PREFIX_BYTES, ScanError, episodeFromPrefix} from './jsonscan.js'
 import {createExclusive, fsyncDir, fsyncUpTo, tempName} from './fsutil.js'
-import {PyValue, isPyDict, pyGet, pyLoads} from './pyjson.js'
+import {MAX_NESTING, PyValue, isPyDict, pyGet, pyLoads} from './pyjson.js'
 
 export const STATE_SCHEMA_VERSION = 1
 export const MANIFEST_FILE = 'manifest.json'
@@ -349,6 +349,7 @@ const enum Mode {
 }
 
 const NO_BYTES = Buffer.alloc(0)
+const TOO_DEEP = ` holds a record nested deeper than ${MAX_NESTING} levels`
 
 /**
  * Splits a records file's chunks into lines and checks each one as Gym's restore reads it: valid
@@ -501,7 +502,8 @@ class RecordsReader {
   }
 
   private scanFailed(): void {
-    this.fail(this.keys.length + 1, this.scanner.error === ScanError.Utf8 ? ' holds a record that is not UTF-8' : ' holds a record that is not JSON')
+    const e = this.scanner.error
+    this.fail(this.keys.length + 1, e === ScanError.Utf8 ? ' holds a record that is not UTF-8' : e === ScanError.Depth ? TOO_DEEP : ' holds a record that is not JSON')
   }
 
   private lineEnd(): void {
@@ -538,8 +540,9 @@ class RecordsReader {
     let decoded: PyValue
     try {
       decoded = pyLoads(ascii ? line.toString('latin1') : line.toString('utf8'))
-    } catch {
-      this.fail(lineNo, ' holds a record that is not JSON')
+    } catch (err) {
+      // The same words as the scanner's: verify and restore name a too-deep record alike.
+      this.fail(lineNo, /nest/.test((err as Error).message) ? TOO_DEEP : ' holds a record that is not JSON')
     }
     const e = isPyDict(decoded) ? pyGet(decoded, 'episode_id') : undefined
     const ep = EpisodeIdWire.safeParse(e instanceof Map ? Object.fromEntries(e) : e)

@@ -8,7 +8,7 @@ import path from 'node:path'
 import fc from 'fast-check'
 import {describe, expect, it} from 'vitest'
 
-import {JsonScanner, ScanError, isJsonValue} from '../../src/storage/jsonscan.js'
+import {JsonScanner, MAX_NESTING, ScanError, isJsonValue} from '../../src/storage/jsonscan.js'
 import {encodeManifest, readParticipantState} from '../../src/storage/participant-store.js'
 import {PyValue, pyDumps, pyLoads} from '../../src/storage/pyjson.js'
 import {tempDir} from '../helpers/tmp.js'
@@ -79,10 +79,20 @@ describe('JsonScanner fed in pieces', () => {
     expect(scanPieces(Buffer.from('{"episode_id": 1, "x": 3, "episode_id": 2}'), [29, 31, 33]).episodeKeys).toBe(2)
   })
 
-  it('refuses nesting deeper than the exact reader decodes', () => {
+  it('refuses nesting deeper than the exact reader decodes (MAX_NESTING containers), objects and arrays alike', () => {
     const nested = (n: number) => Buffer.from('['.repeat(n) + ']'.repeat(n))
-    expect(isJsonValue(nested(10_000))).toBe(true)
-    expect(isJsonValue(nested(10_001))).toBe(false)
+    const objects = (n: number) => Buffer.from('{"a": '.repeat(n - 1) + '{}' + '}'.repeat(n - 1))
+    expect(MAX_NESTING).toBe(2_000)
+    for (const make of [nested, objects]) {
+      expect(isJsonValue(make(MAX_NESTING))).toBe(true)
+      const s = new JsonScanner()
+      s.feed(make(MAX_NESTING + 1), 0, make(MAX_NESTING + 1).length, true)
+      expect(s.complete).toBe(false)
+      expect(s.error).toBe(ScanError.Depth)
+    }
+    // Streamed in small pieces, the stack grows through every size to the limit.
+    expect(scanPieces(nested(MAX_NESTING), [7, 300, 1999, 2001, 3000]).ok).toBe(true)
+    expect(scanPieces(nested(MAX_NESTING + 1), [7, 300, 1999, 2001, 3000]).error).toBe(ScanError.Depth)
   })
 })
 
@@ -122,6 +132,26 @@ describe('readParticipantState streams records larger than its read buffer', () 
       big[big.lastIndexOf('x', big.length - 1000)] = byte
       const dir = await participant([record('a', 100), big, record('c', 100)])
       await expect(readParticipantState(dir, {keep: null})).rejects.toThrow(what)
+    }
+  })
+
+  it('verify (streamed), a restore keeping the record (decoded) and a record whose episode is not first all agree at the nesting limit', async () => {
+    const deep = (n: number, id: string, first = true) => {
+      const ep = `"episode_id": {"rollout_id": "${id}", "attempt": 0}`
+      const x = `"x": ${'['.repeat(n - 1)}${']'.repeat(n - 1)}`
+      return Buffer.from(first ? `{${ep}, ${x}}` : `{${x}, ${ep}}`)
+    }
+    // The record object itself is one of the containers.
+    const ok = await participant([deep(MAX_NESTING, 'a'), deep(MAX_NESTING, 'b', false)])
+    expect((await readParticipantState(ok, {keep: null})).keys).toEqual(['a', 'b'])
+    const kept = await readParticipantState(ok, {keep: new Set(['a', 'b'])})
+    expect(kept.kept.map((k) => k.key)).toEqual(['a', 'b'])
+    expect(pyDumps(kept.kept[0]!.record)).toBe(deep(MAX_NESTING, 'a').toString('latin1'))
+    for (const line of [deep(MAX_NESTING + 1, 'a'), deep(MAX_NESTING + 1, 'a', false), deep(5_000, 'a')]) {
+      const dir = await participant([record('z', 100), line])
+      for (const keep of [null, new Set(['a'])]) {
+        await expect(readParticipantState(dir, {keep}), `keep ${keep ? 'a' : 'none'}`).rejects.toThrow(`line 2 holds a record nested deeper than ${MAX_NESTING} levels`)
+      }
     }
   })
 

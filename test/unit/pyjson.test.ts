@@ -1,7 +1,7 @@
 import fc from 'fast-check'
 import {describe, expect, it} from 'vitest'
 
-import {PyFloat, PyValue, pyDumps, pyFloatRepr, pyLoads} from '../../src/storage/pyjson.js'
+import {MAX_NESTING, PyFloat, PyValue, pyDumps, pyFloatRepr, pyLoads} from '../../src/storage/pyjson.js'
 
 // repr() of each float as printed by CPython 3.11.
 const PY_REPR: [number, string][] = [
@@ -85,11 +85,22 @@ describe('pyDumps / pyLoads', () => {
     )
   })
 
-  it('handles nesting deeper than CPython can write (1,500 levels), and names absurd depth', () => {
-    const deep = '['.repeat(1500) + ']'.repeat(1500)
-    expect(pyDumps(pyLoads(deep))).toBe(deep)
-    const absurd = '['.repeat(200_000) + ']'.repeat(200_000)
-    expect(() => pyLoads(absurd)).toThrow(/nest/)
+  it('reads and writes MAX_NESTING levels, deeper than CPython writes, and refuses one more both ways', () => {
+    const arrays = (n: number) => '['.repeat(n) + ']'.repeat(n)
+    const dicts = (n: number) => '{"k": '.repeat(n - 1) + '{"v": NaN}' + '}'.repeat(n - 1)
+    expect(MAX_NESTING).toBeGreaterThanOrEqual(1_500)
+    for (const make of [arrays, dicts]) {
+      expect(pyDumps(pyLoads(make(MAX_NESTING)))).toBe(make(MAX_NESTING))
+      expect(() => pyLoads(make(MAX_NESTING + 1))).toThrow(`nesting deeper than ${MAX_NESTING}`)
+    }
+    // Scalars at the deepest level do not count as a level.
+    expect(pyLoads(`${'['.repeat(MAX_NESTING)}1${']'.repeat(MAX_NESTING)}`)).toBeDefined()
+    let v: PyValue = []
+    for (let i = 1; i < MAX_NESTING; i++) v = [v]
+    expect(pyDumps(v)).toBe(arrays(MAX_NESTING))
+    expect(() => pyDumps([v])).toThrow(`value nests deeper than ${MAX_NESTING} levels`)
+    expect(() => pyDumps(new Map([['k', v]]))).toThrow(/nests deeper/)
+    expect(() => pyLoads(arrays(200_000))).toThrow(/nest/)
   })
 
 })
