@@ -97,9 +97,18 @@ async function writeInner(opts: WriteStateOptions, lines: Iterable<string | Buff
     let used = 0
     let position = 0
     let inflight: Promise<unknown> | null = null
+    // A write may write less than asked (a disk filling up, a signal): the rest is written, or its
+    // error raised, so the file is never shorter than the digest it is named for.
+    const writeAll = async (b: Buffer, n: number, at: number) => {
+      for (let off = 0; off < n; ) {
+        const {bytesWritten} = await fh.write(b, off, n - off, at + off)
+        if (bytesWritten <= 0) throw new Error(`writing ${tmp} made no progress at byte ${at + off}`)
+        off += bytesWritten
+      }
+    }
     const writeAt = async (b: Buffer, n: number) => {
       if (inflight) await inflight
-      const w = fh.write(b, 0, n, position)
+      const w = writeAll(b, n, position)
       // Raised where it is awaited; until then a failure must not count as unhandled.
       w.catch(() => {})
       inflight = w
