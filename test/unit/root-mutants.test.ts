@@ -164,6 +164,11 @@ describe('describeFsError', () => {
     expect(describeFsError(e('EROFS'))).toBe('the file system is read-only (EROFS)')
     expect(describeFsError(e('ENOSPC'))).toBe('no space left on the device (ENOSPC)')
     expect(describeFsError(e('EEXIST'))).toBe('it exists and is not a directory (EEXIST)')
+    expect(describeFsError(e('EPERM'))).toBe('operation not permitted (EPERM)')
+    expect(describeFsError(e('ENAMETOOLONG'))).toBe('the name is too long (ENAMETOOLONG)')
+    expect(describeFsError(e('EMFILE'))).toBe('too many open files (EMFILE)')
+    expect(describeFsError(e('EIO'))).toBe('an I/O error (EIO)')
+    expect(describeFsError(e('EDQUOT'))).toBe('the disk quota is exceeded (EDQUOT)')
     expect(describeFsError(e('EWHATEVER'))).toBe('raw')
     expect(describeFsError(new Error('line\nbreak'))).toBe('line\\nbreak')
     expect(describeFsError('x'.repeat(300))).toBe('x'.repeat(200) + '… (300 characters in all)')
@@ -268,6 +273,15 @@ describe('listParticipantDirs', () => {
     const loop = path.join(dir, 'gym', 'loop')
     await symlink(loop, loop)
     expect(await stateError(listParticipantDirs(dir))).toBe(`cannot read ${loop}: too many levels of symbolic links (ELOOP)`)
+  })
+})
+
+describe('listParticipantDirs when gym/ cannot be listed', () => {
+  it('a gym/ that is a symlink loop is an error with its cause, not "not a directory"', async () => {
+    const dir = await tempDir()
+    const gym = path.join(dir, 'gym')
+    await symlink(gym, gym)
+    expect(await stateError(listParticipantDirs(dir))).toBe(`cannot list ${gym}: too many levels of symbolic links (ELOOP)`)
   })
 })
 
