@@ -1,11 +1,11 @@
 import {randomBytes} from 'node:crypto'
-import {FileHandle, open, readFile, rename, truncate, unlink} from 'node:fs/promises'
+import {FileHandle, link, open, readFile, rename, truncate, unlink} from 'node:fs/promises'
 import path from 'node:path'
 import {isUtf8} from 'node:buffer'
 
 import {MAX_ATTEMPT, RESERVED_SUFFIX, SAFE_ID_PATTERN, quoteInput} from '../protocol/episode.js'
 import {CheckpointStateError} from './errors.js'
-import {fsyncDir, replaceAtomic, tempName} from './fsutil.js'
+import {createExclusive, fsyncDir, replaceAtomic, tempName} from './fsutil.js'
 import {describeFsError} from './root.js'
 
 /**
@@ -244,18 +244,40 @@ function alive(pid: number): boolean {
   }
 }
 
-/** Takes `<root>/collector.pid`; refuses while another live collector holds it (this process may take it again). */
+/**
+ * Takes `<root>/collector.pid`; refuses while another live collector holds it (this process may
+ * take it again). Atomic: the file is created with a hard link, which never replaces a name, so of
+ * collectors starting at once exactly one wins. A stale file (a dead pid, or garbage) is first
+ * moved aside under a name of its own, then checked: if what was moved is not the stale file
+ * (another collector replaced it in between), it is put back and that collector wins.
+ */
 export async function acquirePidLock(root: string): Promise<() => Promise<void>> {
   const file = path.join(root, PID_FILE)
-  const text = await readFile(file, 'utf8').catch(() => null)
-  const pid = text === null ? NaN : Number(text.trim())
-  if (Number.isInteger(pid) && pid > 0 && pid !== process.pid && alive(pid)) {
-    throw new CollectInputError(`another collector (pid ${pid}) holds ${root}: stop it first, or remove ${file} if that process is not a collector`)
+  const mine = String(process.pid)
+  for (let tries = 0; ; tries++) {
+    if (await createExclusive(file, mine)) break
+    const text = await readFile(file, 'utf8').catch(() => null)
+    if (text === null) continue
+    const pid = Number(text.trim())
+    if (Number.isInteger(pid) && pid > 0 && alive(pid)) {
+      if (pid === process.pid) break
+      throw new CollectInputError(`another collector (pid ${pid}) holds ${root}: stop it first, or remove ${file} if that process is not a collector`)
+    }
+    if (tries >= 8) throw new CollectInputError(`cannot take ${file}: other collectors keep replacing it`)
+    const aside = tempName(root, `${PID_FILE}.stale`)
+    try {
+      await rename(file, aside)
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') continue
+      throw err
+    }
+    const moved = await readFile(aside, 'utf8').catch(() => null)
+    if (moved !== text) await link(aside, file).catch(() => {})
+    await unlink(aside).catch(() => {})
   }
-  await replaceAtomic(file, String(process.pid))
   return async () => {
     const now = await readFile(file, 'utf8').catch(() => null)
-    if (now?.trim() === String(process.pid)) await unlink(file).catch(() => {})
+    if (now?.trim() === mine) await unlink(file).catch(() => {})
   }
 }
 

@@ -1,6 +1,7 @@
 import {spawn} from 'node:child_process'
-import {readFile, writeFile} from 'node:fs/promises'
+import {readFile, readdir, writeFile} from 'node:fs/promises'
 import path from 'node:path'
+import {pathToFileURL} from 'node:url'
 
 import {describe, expect, it} from 'vitest'
 
@@ -182,6 +183,38 @@ describe('collector.pid', () => {
   function child(): ReturnType<typeof spawn> {
     return spawn(process.execPath, ['-e', 'setTimeout(() => {}, 20000)'], {stdio: 'ignore'})
   }
+
+  it('of collectors starting at once on one root, exactly one takes it, over a stale file too', {timeout: 60_000}, async () => {
+    const src = pathToFileURL(path.resolve('src/storage/collector.ts')).href
+    const code = `
+      const {acquirePidLock} = await import(${JSON.stringify(src)})
+      const start = Number(process.argv[1])
+      await new Promise((r) => setTimeout(r, Math.max(0, start - Date.now())))
+      const won = await acquirePidLock(process.argv[2]).then(() => 'won', (e) => 'refused: ' + e.message)
+      console.log(won)
+      // Held (alive) until every other one has tried.
+      await new Promise((r) => setTimeout(r, 1500))`
+    for (const stale of [null, '999999999']) {
+      const root = await tempDir()
+      if (stale) await writeFile(path.join(root, PID_FILE), stale)
+      // Everyone is started first (tsx compiles), then all try at the same instant.
+      const start = Date.now() + 4000
+      const outs = await Promise.all(
+        Array.from({length: 5}, () => {
+          const p = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', code, String(start), root], {stdio: ['ignore', 'pipe', 'inherit']})
+          let out = ''
+          p.stdout!.on('data', (d: Buffer) => (out += d.toString()))
+          return new Promise<{pid: number; out: string}>((resolve) => p.once('exit', () => resolve({pid: p.pid!, out: out.trim()})))
+        }),
+      )
+      const winners = outs.filter((o) => o.out === 'won')
+      expect(winners, JSON.stringify(outs)).toHaveLength(1)
+      for (const o of outs.filter((x) => x !== winners[0])) expect(o.out).toMatch(/^refused: another collector \(pid \d+\) holds/)
+      expect(await readFile(path.join(root, PID_FILE), 'utf8')).toBe(String(winners[0]!.pid))
+      // Nothing moved aside is left behind.
+      expect((await readdir(root)).sort()).toEqual([PID_FILE])
+    }
+  })
 
   it('a live process refuses the root; a dead one, or garbage, is taken over; release removes only our own', async () => {
     const root = await tempDir()
