@@ -1,6 +1,7 @@
 import color from 'ansis'
 
 import type {CommitOutcome, ParticipantTiming} from '../coordination/controller.js'
+import {type Catalog, type CheckpointDescription, catalogJson, descriptionJson, entryJson} from '../storage/catalog.js'
 import {EpisodeId, captureKey} from '../protocol/episode.js'
 
 /** Human output: tables on stdout, notes and progress on stderr. */
@@ -49,9 +50,14 @@ export function commitJson(out: CommitOutcome) {
     continued: episodesJson(out.continued),
     restarted: episodesJson(out.restarted),
     awaited_runs: episodesJson(out.awaitedRuns),
-    participants: Object.fromEntries([...out.replies].map(([s, r]) => [s, {manifest: r.manifest, episode_ids: r.episode_ids}])),
+    participants: [...out.replies].map(([server, r]) => ({server, manifest: manifestJson(r.manifest), episode_ids: r.episode_ids})),
     timings: timingsJson(out.timings),
   }
+}
+
+/** A participant manifest's documented fields (a participant may add its own; they stay in its manifest.json). */
+function manifestJson(m: CommitOutcome['replies'] extends Map<string, infer R> ? (R extends {manifest: infer M} ? M : never) : never) {
+  return {schema_version: m.schema_version, kind: m.kind, instance: m.instance, checkpoint_id: m.checkpoint_id, records_file: m.records_file, records_sha256: m.records_sha256, record_count: m.record_count}
 }
 
 /** Per participant: each phase's call time in ms (null: no such call), records and bytes. */
@@ -64,4 +70,22 @@ export function timingsTable(t: ParticipantTiming[]): string {
   const rows = timingsJson(t)
   const phases = (['prepare_ms', 'commit_ms', 'restore_ms', 'resume_ms'] as const).filter((k) => rows.some((r) => r[k] !== null))
   return table(rows, ['server', 'kind', 'instance', ...phases, 'records', 'bytes'])
+}
+
+/** A catalog entry in the JSON contract: a checkpoint is checkpoint_id/checkpoint_dir, a count is *_count. */
+function entryContract(e: ReturnType<typeof entryJson>) {
+  const {id, dir, participants, ...rest} = e
+  return {checkpoint_id: id, checkpoint_dir: dir, state: rest.state, latest: rest.latest, manifest: rest.manifest, created: rest.created, age_seconds: rest.age_seconds, size_bytes: rest.size_bytes, participant_count: participants, continued_count: rest.continued_count, restarted_count: rest.restarted_count, error: rest.error}
+}
+
+/** `list --json` fields; its warnings go to the envelope. */
+export function listJson(c: Catalog) {
+  const j = catalogJson(c)
+  return {root: j.root, latest: j.latest, checkpoints: j.checkpoints.map(entryContract), warnings: j.warnings}
+}
+
+/** `describe --json` fields; its warnings go to the envelope. */
+export function describeJson(d: CheckpointDescription) {
+  const {checkpoint, restores, ...j} = descriptionJson(d)
+  return {...j, checkpoint: entryContract(checkpoint), restores: restores.map(({participants, ...r}) => ({...r, participant_count: participants}))}
 }

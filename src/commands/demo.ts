@@ -48,7 +48,7 @@ run; it passes when the output, sorted by rollout ID, equals an uninterrupted ru
       this.log(`checkpoint: ${r.checkpointDir}`)
       this.log(`verify it:  gymckpt verify ${r.root}`)
     }
-    if (!r.ok) throw new ControllerError('participant', `demo failed: ${r.mismatches.length} result(s) differ from the uninterrupted run: ${r.mismatches.slice(0, 5).map((m) => m.rolloutId).join(', ')}`, r)
+    if (!r.ok) throw new ControllerError('participant', `demo failed: ${r.mismatches.length} result(s) differ from the uninterrupted run: ${r.mismatches.slice(0, 5).map((m) => m.rolloutId).join(', ')}`, {checkpoint_dir: r.checkpointDir, mismatches: mismatchesJson(r.mismatches)})
     return {
       passed: r.ok,
       episodes: r.episodes,
@@ -59,7 +59,7 @@ run; it passes when the output, sorted by rollout ID, equals an uninterrupted ru
       continued: r.continued,
       continued_from_boundary: r.continuedFromBoundary,
       restarted: r.restarted,
-      mismatches: r.mismatches,
+      mismatches: mismatchesJson(r.mismatches),
       timings_ms: snakeKeys(r.timingsMs),
     }
   }
@@ -87,7 +87,7 @@ run; it passes when the output, sorted by rollout ID, equals an uninterrupted ru
       throw new ControllerError(
         'participant',
         `demo failed: ${bad} row(s) differ from the uninterrupted run: lost ${r.missing.slice(0, 5).join(', ') || 'none'}; duplicated ${r.duplicated.slice(0, 5).join(', ') || 'none'}; different ${r.mismatches.slice(0, 5).map((m) => m.rolloutId).join(', ') || 'none'}`,
-        r,
+        {root: r.root, output: r.output, missing: r.missing, duplicated: r.duplicated, mismatches: mismatchesJson(r.mismatches)},
       )
     }
     return {
@@ -104,10 +104,14 @@ run; it passes when the output, sorted by rollout ID, equals an uninterrupted ru
       never_started: r.neverStarted,
       missing: r.missing,
       duplicated: r.duplicated,
-      mismatches: r.mismatches,
+      mismatches: mismatchesJson(r.mismatches),
       timings_ms: snakeKeys(r.timingsMs),
     }
   }
+}
+
+function mismatchesJson(m: {rolloutId: string; expected: string; got: string | null}[]) {
+  return m.map((x) => ({rollout_id: x.rolloutId, expected: x.expected, got: x.got}))
 }
 
 /** {untilCheckpoint: 1} -> {until_checkpoint: 1}: the JSON contract is snake_case. */

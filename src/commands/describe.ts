@@ -3,10 +3,10 @@ import color from 'ansis'
 
 import {BaseCommand} from '../cli/base.js'
 import {exitCodesHelp} from '../cli/exit-codes.js'
-import {keys, note, table, warn} from '../cli/output.js'
+import {describeJson, keys, note, table, warn} from '../cli/output.js'
 import {ControllerError} from '../coordination/errors.js'
 import {SAFE_ID_PATTERN, fromWire, quoteInput} from '../protocol/episode.js'
-import {describeCheckpoint, descriptionJson, formatAge, formatBytes} from '../storage/catalog.js'
+import {describeCheckpoint, formatAge, formatBytes} from '../storage/catalog.js'
 import {CheckpointStateError} from '../storage/errors.js'
 
 const checkpointIdArg = Args.custom<string>({
@@ -38,24 +38,25 @@ export default class Describe extends BaseCommand<typeof Describe> {
       if (err instanceof CheckpointStateError) throw new ControllerError('invalid_checkpoint', err.message)
       throw err
     }
-    const json = descriptionJson(d)
+    const {warnings, ...json} = describeJson(d)
+    for (const w of warnings) warn(w)
     if (!this.jsonEnabled()) this.render(json)
     if (json.verify && !json.verify.valid) {
       const errs = json.verify.problems.filter((p) => p.severity === 'error')
-      throw new ControllerError('invalid_checkpoint', `checkpoint ${json.checkpoint.dir} is invalid: ${errs.length} error(s); first: ${errs[0]?.where}: ${errs[0]?.message}`, json)
+      throw new ControllerError('invalid_checkpoint', `checkpoint ${json.checkpoint.checkpoint_dir} is invalid: ${errs.length} error(s); first: ${errs[0]?.where}: ${errs[0]?.message}`, json)
     }
     return json
   }
 
-  private render(json: ReturnType<typeof descriptionJson>): void {
+  private render(json: Omit<ReturnType<typeof describeJson>, 'warnings'>): void {
     const c = json.checkpoint
     const m = json.manifest
     const lines: [string, string][] = [
-      ['checkpoint', `${c.id}${c.latest ? ' (LATEST)' : ''}`],
-      ['directory', c.dir],
+      ['checkpoint', `${c.checkpoint_id}${c.latest ? ' (LATEST)' : ''}`],
+      ['directory', c.checkpoint_dir],
       ['state', `${c.state}${c.manifest ? ` (${c.manifest})` : ''}`],
       ['created', `${c.created.replace(/\.\d+Z$/, 'Z')} (${formatAge(c.age_seconds)} ago${m ? '' : ', directory time'})`],
-      ['size', `${formatBytes(c.size_bytes)} (${c.size_bytes} bytes) in ${c.participants} participant(s)`],
+      ['size', `${formatBytes(c.size_bytes)} (${c.size_bytes} bytes) in ${c.participant_count} participant(s)`],
     ]
     if (m) {
       lines.push(['continued', `${m.continued.length}: ${keys(m.continued.map(fromWire))}`], ['restarted', `${m.restarted.length}: ${keys(m.restarted.map(fromWire))}`])
@@ -71,12 +72,11 @@ export default class Describe extends BaseCommand<typeof Describe> {
     for (const p of json.participants) if (p.error) note(`${p.kind}/${p.instance}: ${p.error}`)
     this.log('')
     this.log(color.bold(`RESTORES (${json.restores.length})`))
-    this.log(table(json.restores.map((r) => ({...r, time: r.time.replace(/\.\d+Z$/, 'Z')})), ['restore_id', 'time', 'outcome', 'participants']))
+    this.log(table(json.restores.map((r) => ({...r, participants: r.participant_count, time: r.time.replace(/\.\d+Z$/, 'Z')})), ['restore_id', 'time', 'outcome', 'participants']))
     for (const r of json.restores) if (r.error) this.log(`${r.restore_id}: ${r.error}`)
     if (json.verify) {
       for (const p of json.verify.problems) note(`${p.severity === 'error' ? color.red('error') : p.severity === 'warning' ? color.yellow('warning') : 'note'}: ${p.where}: ${p.message}`)
       this.log(json.verify.valid ? color.green('valid') : color.red('INVALID'))
     }
-    for (const x of json.warnings) warn(x)
   }
 }

@@ -61,7 +61,8 @@ e.g. policy_model:commit:status:500 or weather_env:prepare:hang.\n\n${exitCodesH
       }
       const rows = fleet.servers.map((s, i) => ({server: s.name, kind: members[i]!.kind, url: s.url}))
       if (this.flags['write-fleet']) await writeFile(this.flags['write-fleet'], stringify({servers: Object.fromEntries(rows.map((r) => [r.server, r.url]))}))
-      if (this.jsonEnabled()) process.stdout.write(JSON.stringify({ok: true, head: fleet.headUrl, servers: rows}) + '\n')
+      // Printed while the fleet runs (the command returns only when stopped): the envelope of every --json document.
+      if (this.jsonEnabled()) process.stdout.write(JSON.stringify(this.toSuccessJson({head: fleet.headUrl, servers: rows})) + '\n')
       else {
         this.log(table(rows, ['server', 'kind', 'url']))
         this.log(`head server: ${fleet.headUrl}`)

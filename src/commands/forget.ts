@@ -34,10 +34,10 @@ again, for every rollout retired or restored. Same order and phase rules as reti
         note(`would forget ${ids.length} rollout(s) in ${preview.calls_per_server} call(s) per server; sent nothing`)
         for (const r of preview.would_refuse) warn(`${r.server} would refuse it: phase ${r.phase}${r.checkpoint_id ? ` of '${r.checkpoint_id}'` : ''} (resume first)`)
       }
-      return {dry_run: true, count: ids.length, ...preview}
+      return {dry_run: true, rollout_count: ids.length, participant_count: discovery.participants.length, ...preview}
     }
     const n = await forget(coordinator, id, ids, Date.now() / 1000 + this.flags.timeout)
     if (!this.jsonEnabled()) this.log(`forgot ${n} rollout(s) on ${coordinator.participants.length} participant(s)`)
-    return {forgotten: n, participants: coordinator.participants.length}
+    return {dry_run: false, rollout_count: n, participant_count: coordinator.participants.length}
   }
 }

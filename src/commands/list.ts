@@ -2,9 +2,9 @@ import {Args} from '@oclif/core'
 
 import {BaseCommand} from '../cli/base.js'
 import {exitCodesHelp} from '../cli/exit-codes.js'
-import {note, table, warn} from '../cli/output.js'
+import {listJson, note, table, warn} from '../cli/output.js'
 import {ControllerError} from '../coordination/errors.js'
-import {catalogJson, formatAge, formatBytes, listCheckpoints} from '../storage/catalog.js'
+import {formatAge, formatBytes, listCheckpoints} from '../storage/catalog.js'
 import {CheckpointStateError} from '../storage/errors.js'
 
 export default class List extends BaseCommand<typeof List> {
@@ -21,10 +21,13 @@ export default class List extends BaseCommand<typeof List> {
       if (err instanceof CheckpointStateError) throw new ControllerError('invalid_checkpoint', err.message)
       throw err
     }
-    const json = catalogJson(catalog)
+    const {warnings, ...json} = listJson(catalog)
+    for (const w of warnings) warn(w)
     if (!this.jsonEnabled()) {
       const rows = json.checkpoints.map((c) => ({
         ...c,
+        id: c.checkpoint_id,
+        participants: c.participant_count,
         latest: c.latest ? '*' : '',
         created: c.created.replace(/\.\d+Z$/, 'Z'),
         age: formatAge(c.age_seconds),
@@ -33,8 +36,7 @@ export default class List extends BaseCommand<typeof List> {
         restarted: c.restarted_count,
       }))
       this.log(table(rows, ['latest', 'id', 'state', 'created', 'age', 'size', 'participants', 'continued', 'restarted']))
-      for (const c of json.checkpoints) if (c.error) note(`${c.id}: ${c.error}`)
-      for (const w of json.warnings) warn(w)
+      for (const c of json.checkpoints) if (c.error) note(`${c.checkpoint_id}: ${c.error}`)
     }
     return json
   }

@@ -2,7 +2,7 @@ import {Flags} from '@oclif/core'
 
 import {checkpointId, rootFlag} from '../cli/flags.js'
 import {BaseCommand, fleetFlags, timeoutFlag, fleetExitCodes} from '../cli/base.js'
-import {keys, note} from '../cli/output.js'
+import {episodesJson, keys, note} from '../cli/output.js'
 import {checkRoot, prepareOrAbort} from '../coordination/controller.js'
 import {nextStep} from '../coordination/errors.js'
 import {newCheckpointId} from '../coordination/runs.js'
@@ -41,6 +41,6 @@ closed until 'commit' and 'resume'; leases end deadline + grace (Gym: 600 s) aft
       for (const n of next) note(`next: ${n}`)
       note(`(add --episodes FILE to the commit: the episodes you continue; Gym's policy model refuses a commit without them${root ? '' : '; pass --root to prepare to print the exact commit line'})`)
     }
-    return {checkpoint_id: id, prepared: true, deadline_ts: deadlineTs, restarts: restarts.map((e) => ({rollout_id: e.rolloutId, attempt: e.attempt})), next}
+    return {checkpoint_id: id, prepared: true, deadline_ts: deadlineTs, restarted: episodesJson(restarts), next}
   }
 }

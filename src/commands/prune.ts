@@ -36,6 +36,6 @@ not a checkpoint directory, and every symbolic link, alone. Touches no server.\n
       this.log(table(rows, ['action', 'name', 'reason']))
       if (!this.flags.yes && plan.remove.length) note('dry run: pass --yes to remove')
     }
-    return {root: plan.root, latest: plan.latest, removed: Boolean(this.flags.yes), remove: plan.remove, keep: plan.keep}
+    return {root: plan.root, latest: plan.latest, dry_run: !this.flags.yes, remove: plan.remove, keep: plan.keep}
   }
 }

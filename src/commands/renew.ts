@@ -12,8 +12,8 @@ never moves earlier.\n\n${fleetExitCodes('participant')}`
   async run() {
     const {coordinator} = await this.connect()
     const replies = await renew(coordinator, this.flags.id, Date.now() / 1000 + this.flags.timeout)
-    const leases = Object.fromEntries([...replies].map(([s, r]) => [s, r.lease_expires_at]))
-    if (!this.jsonEnabled()) for (const [s, t] of Object.entries(leases)) this.log(`${s}\t${new Date(t * 1000).toISOString()}`)
-    return {checkpoint_id: this.flags.id, lease_expires_at: leases}
+    const participants = [...replies].map(([server, r]) => ({server, lease_expires_at: r.lease_expires_at}))
+    if (!this.jsonEnabled()) for (const p of participants) this.log(`${p.server}\t${new Date(p.lease_expires_at * 1000).toISOString()}`)
+    return {checkpoint_id: this.flags.id, participants}
   }
 }

@@ -26,7 +26,7 @@ themselves when their lease expires.\n\n${fleetExitCodes('participant')}`
     }
     const down = discovery.failures.filter((f) => f.code !== 'no_model')
     const result = id ? await resumeAll(coordinator, id, Date.now() / 1000 + this.flags.timeout) : {replies: new Map(), failures: []}
-    const resumed = Object.fromEntries([...result.replies].map(([s, r]) => [s, {phase: r.phase, idempotent: r.idempotent}]))
+    const participants = [...result.replies].map(([server, r]) => ({server, phase: r.phase, idempotent: r.idempotent}))
     const reopened = [...result.replies.values()].filter((r) => !r.idempotent).length
     if (!this.jsonEnabled()) {
       if (!id) note('no participant has an active checkpoint; nothing to resume')
@@ -54,6 +54,6 @@ themselves when their lease expires.\n\n${fleetExitCodes('participant')}`
         `every reachable participant was resumed${id ? ` under '${id}'` : ''}; the ones down reopen by themselves when their lease expires${lease ? ` (the others' lease ran to ${new Date(lease * 1000).toISOString()})` : ''}, or resume again once they are back`,
       ).withNext(...(id ? [nextStep('resume', ['--id', id])] : []))
     }
-    return {checkpoint_id: id ?? null, resumed, unreachable: down.map((f) => ({server: f.server, message: failureMessage(f)}))}
+    return {checkpoint_id: id ?? null, participants, unreachable: down.map((f) => ({server: f.server, message: failureMessage(f)}))}
   }
 }

@@ -35,10 +35,10 @@ a late request of a retired attempt gets 409 stale_attempt. Sent in batches of 1
         note(`would retire ${episodes.length} attempt(s) in ${preview.calls_per_server} call(s) per server; sent nothing`)
         for (const r of preview.would_refuse) warn(`${r.server} would refuse it: phase ${r.phase}${r.checkpoint_id ? ` of '${r.checkpoint_id}'` : ''} (resume first)`)
       }
-      return {dry_run: true, count: episodes.length, ...preview}
+      return {dry_run: true, episode_count: episodes.length, participant_count: discovery.participants.length, ...preview}
     }
     const n = await retire(coordinator, id, episodes, Date.now() / 1000 + this.flags.timeout)
     if (!this.jsonEnabled()) this.log(`retired ${n} attempt(s) on ${coordinator.participants.length} participant(s)`)
-    return {retired: n, participants: coordinator.participants.length}
+    return {dry_run: false, episode_count: n, participant_count: coordinator.participants.length}
   }
 }

@@ -37,8 +37,8 @@ for. Exit 6 on any error.\n\n${exitCodesHelp('input', 'invalid_checkpoint')}`
       checkpoint_id: report.checkpointId,
       checkpoint_dir: report.checkpointDir,
       manifest: report.manifest,
-      continued: report.continued.length,
-      restarted: report.restarted.length,
+      continued_count: report.continued.length,
+      restarted_count: report.restarted.length,
       uncovered: report.uncovered,
       participants: report.participants.map((p) => ({
         kind: p.kind,

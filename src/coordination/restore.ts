@@ -146,7 +146,7 @@ export function assertRestorable(plan: RestorePlan): void {
   }
   if (plan.verify && !plan.verify.ok) {
     const errs = plan.verify.problems.filter((p) => p.severity === 'error')
-    throw new ControllerError('invalid_checkpoint', `checkpoint ${plan.checkpointDir} failed verification, nothing was sent: ${errs.map((p) => `${p.where}: ${p.message}`).join('; ')}`, plan.verify)
+    throw new ControllerError('invalid_checkpoint', `checkpoint ${plan.checkpointDir} failed verification, nothing was sent: ${errs.map((p) => `${p.where}: ${p.message}`).join('; ')}`, {checkpoint_dir: plan.checkpointDir, problems: plan.verify.problems})
   }
   if (!plan.manifest) {
     throw new ControllerError('invalid_checkpoint', `${plan.checkpointDir} has no controller manifest: it was never published; nothing was sent`)

@@ -65,7 +65,7 @@ describe('gymckpt CLI (built, run as a process)', () => {
 
     const v = await cli(['verify', root, '--json'])
     expect(v.code).toBe(0)
-    expect(v.json).toMatchObject({valid: true, checkpoint_id: id, continued: 2})
+    expect(v.json).toMatchObject({valid: true, checkpoint_id: id, continued_count: 2})
 
     const envDir = path.join(root, id, 'gym', 'environment', 'env')
     const m = JSON.parse(await readFile(path.join(envDir, 'manifest.json'), 'utf8'))
@@ -132,7 +132,8 @@ describe('gymckpt CLI (built, run as a process)', () => {
     const id = prep.json.checkpoint_id
     const r = await cli(['renew', ...servers(fleet), '--id', id, '--timeout', '3600', '--json'])
     expect(r.code).toBe(0)
-    for (const t of Object.values(r.json.lease_expires_at) as number[]) expect(t).toBeGreaterThan(Date.now() / 1000 + 3600)
+    expect(r.json.participants).toHaveLength(4)
+    for (const t of r.json.participants.map((p: {lease_expires_at: number}) => p.lease_expires_at) as number[]) expect(t).toBeGreaterThan(Date.now() / 1000 + 3600)
     expect((await cli(['resume', ...servers(fleet), '--id', id])).code).toBe(0)
   })
 
@@ -143,7 +144,7 @@ describe('gymckpt CLI (built, run as a process)', () => {
     const latest = (await readFile(path.join(root, 'LATEST'), 'utf8')).trim()
     const dry = await cli(['prune', root, '--keep', '1', '--json'])
     expect(dry.code).toBe(0)
-    expect(dry.json.removed).toBe(false)
+    expect(dry.json.dry_run).toBe(true)
     expect(dry.json.remove).toHaveLength(2)
     expect(await readdir(root)).toHaveLength(4)
     const real = await cli(['prune', root, '--keep', '1', '--yes'])
@@ -156,7 +157,7 @@ describe('gymckpt CLI (built, run as a process)', () => {
     const fleet = await startFleet({members: FULL})
     const r = await cli(['retire', ...servers(fleet), '--episode', 'r7', '--episode', 'r9@1', '--json'])
     expect(r.code, r.stdout).toBe(0)
-    expect(r.json).toEqual({ok: true, schema_version: 1, warnings: [], retired: 2, participants: 4})
+    expect(r.json).toEqual({ok: true, schema_version: 1, warnings: [], dry_run: false, episode_count: 2, participant_count: 4})
     expect((await control(fleet.server('res').url, 'status')).json.retired_rollouts).toBe(2)
     const f = await cli(['forget', ...servers(fleet), '--rollout', 'r7', '--rollout', 'r9', '--json'])
     expect(f.code).toBe(0)

@@ -15,7 +15,8 @@ describe('--dry-run of retire and forget', () => {
     expect(r.code, r.stdout + r.stderr).toBe(0)
     expect(r.json).toMatchObject({
       dry_run: true,
-      count: 2,
+      episode_count: 2,
+      participant_count: 4,
       calls_per_server: 1,
       stages: [
         {stage: 'environment', servers: ['env']},

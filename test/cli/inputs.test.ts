@@ -66,7 +66,7 @@ describe('bad input: exit 2, a message naming what and where, nothing sent, no s
     expect(fleet.servers.map((s) => s.journal.length)).toEqual(fleet.servers.map(() => 0))
     const ok = await retire('[{"rollout_id": "r", "attempt": 1}, "s@2", "t-a3", "null"]')
     expect(ok.code, ok.stdout).toBe(0)
-    expect(ok.json.retired).toBe(4)
+    expect(ok.json.episode_count).toBe(4)
     expect(fleet.servers.some((s) => s.journal.some((j) => j.route === 'retire'))).toBe(true)
   }, 120_000)
 

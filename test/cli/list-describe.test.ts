@@ -15,7 +15,7 @@ import {cli} from '../helpers/cli.js'
 import {FULL, coordinatorFor, startFleet, waitFor} from '../helpers/fleet.js'
 
 const RFC3339 = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$/
-const LIST_FIELDS = ['age_seconds', 'continued_count', 'created', 'dir', 'error', 'id', 'latest', 'manifest', 'participants', 'restarted_count', 'size_bytes', 'state']
+const LIST_FIELDS = ['age_seconds', 'checkpoint_dir', 'checkpoint_id', 'continued_count', 'created', 'error', 'latest', 'manifest', 'participant_count', 'restarted_count', 'size_bytes', 'state']
 
 /** One root for every test (made once: fleets and checkpoints take a while); removed at the end. */
 let root: string
@@ -72,7 +72,7 @@ describe('gymckpt list', () => {
     expect(r.json.latest).toBe(second)
     expect(r.json.warnings).toEqual([])
     const cks = r.json.checkpoints as Record<string, any>[]
-    expect(cks.map((c) => [c.id, c.state, c.manifest, c.latest, c.participants, c.continued_count, c.restarted_count])).toEqual([
+    expect(cks.map((c) => [c.checkpoint_id, c.state, c.manifest, c.latest, c.participant_count, c.continued_count, c.restarted_count])).toEqual([
       [second, 'published', 'gymckpt.json', true, 4, 1, 0],
       [first, 'published', 'gymckpt.json', false, 4, 2, 1],
       ['gym-run', 'published', 'collection.json', false, 1, 1, 0],
@@ -81,7 +81,7 @@ describe('gymckpt list', () => {
     for (const c of cks) {
       expect(Object.keys(c).sort()).toEqual(LIST_FIELDS)
       expect(c.created).toMatch(RFC3339)
-      expect(c.dir).toBe(path.join(root, c.id))
+      expect(c.checkpoint_dir).toBe(path.join(root, c.checkpoint_id))
       expect(c.size_bytes).toBeGreaterThan(0)
     }
     expect(cks[3]!.size_bytes).toBe(50)
@@ -114,7 +114,7 @@ describe('gymckpt describe', () => {
     const r = await cli(['describe', root, '--json'])
     expect(r.code, r.stderr).toBe(0)
     const d = r.json
-    expect(d.checkpoint).toMatchObject({id: second, latest: true, state: 'published'})
+    expect(d.checkpoint).toMatchObject({checkpoint_id: second, latest: true, state: 'published'})
     expect(d.manifest).toEqual({file: 'gymckpt.json', created: expect.stringMatching(RFC3339), run_id: null, continued: [{rollout_id: 'c', attempt: 0}], restarted: []})
     const ckDoc = JSON.parse(await readFile(path.join(root, second, 'gymckpt.json'), 'utf8'))
     expect(d.participants).toHaveLength(4)
@@ -123,8 +123,8 @@ describe('gymckpt describe', () => {
       expect(p).toEqual({kind: m.kind, instance: m.instance, server: m.server, records: m.manifest.record_count, bytes: expect.any(Number), records_file: m.manifest.records_file, records_sha256: m.manifest.records_sha256, error: null})
     }
     expect(d.restores).toEqual([
-      {restore_id: restoreId, time: expect.stringMatching(RFC3339), checkpoint_id: second, checkpoint_dir: path.join(root, second), outcome: 'restored', error: null, participants: 4},
-      {restore_id: expect.stringMatching(/^restore-[0-9a-f]+$/), time: expect.stringMatching(RFC3339), checkpoint_id: second, checkpoint_dir: path.join(root, second), outcome: 'refused', error: refusal, participants: 4},
+      {restore_id: restoreId, time: expect.stringMatching(RFC3339), checkpoint_id: second, checkpoint_dir: path.join(root, second), outcome: 'restored', error: null, participant_count: 4},
+      {restore_id: expect.stringMatching(/^restore-[0-9a-f]+$/), time: expect.stringMatching(RFC3339), checkpoint_id: second, checkpoint_dir: path.join(root, second), outcome: 'refused', error: refusal, participant_count: 4},
     ])
     expect(d.verify).toBeNull()
     expect(d.warnings).toEqual([])
@@ -136,7 +136,7 @@ describe('gymckpt describe', () => {
     expect(latest.code, latest.stderr).toBe(0)
     expect(latest.json.restores.map((x: {outcome: string}) => x.outcome)).toEqual(['restored', 'refused'])
     expect(latest.json.warnings).toEqual([])
-    expect(older.json.checkpoint).toMatchObject({id: first, latest: false})
+    expect(older.json.checkpoint).toMatchObject({checkpoint_id: first, latest: false})
     expect(older.json.restores).toEqual([])
     expect(older.json.manifest.restarted).toEqual([{rollout_id: 'r', attempt: 0}])
   })
@@ -170,7 +170,7 @@ describe('gymckpt describe', () => {
     const bad = await cli(['describe', root, 'gym-run', '--verify', '--json'])
     expect(bad.code).toBe(6)
     expect(bad.json.error.code).toBe('invalid_checkpoint')
-    expect(bad.json.error.details.checkpoint.id).toBe('gym-run')
+    expect(bad.json.error.details.checkpoint.checkpoint_id).toBe('gym-run')
     expect(bad.json.error.details.verify.valid).toBe(false)
   })
 

@@ -102,7 +102,7 @@ describe('per-participant timings', () => {
     for (const row of t) {
       for (const k of ['prepare_ms', 'commit_ms', 'resume_ms']) expect(Number.isInteger(row[k]) && row[k] >= 0, `${row.server} ${k}`).toBe(true)
       expect(row.restore_ms).toBeNull()
-      const m = r.json.participants[row.server].manifest
+      const m = r.json.participants.find((p: {server: string}) => p.server === row.server).manifest
       expect(row.records).toBe(m.record_count)
       expect(row.bytes).toBe(await recordsBytes(r.json.checkpoint_dir, m.kind, m.instance, m.records_file))
     }
@@ -127,7 +127,7 @@ describe('per-participant timings', () => {
       expect(row.prepare_ms).toBeNull()
       expect(row.resume_ms).toBeNull()
       expect(row.commit_ms).toBeGreaterThanOrEqual(0)
-      expect(row.records).toBe(commit.json.participants[row.server].manifest.record_count)
+      expect(row.records).toBe(commit.json.participants.find((p: {server: string}) => p.server === row.server).manifest.record_count)
     }
     expect((await cli(['resume', ...servers(fleet), '--id', prep.json.checkpoint_id])).code).toBe(0)
     await fleet.crash()
