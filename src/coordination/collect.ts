@@ -90,6 +90,8 @@ export class Collector {
   private readonly failedRows: CollectOutcome['failedRows'] = []
   private inFlight = 0
   private checkpointWanted = false
+  /** The prune after the last checkpoint: it runs while rows are dispatched, never during a checkpoint. */
+  private pruning: Promise<void> = Promise.resolve()
   private stopWanted = false
   private wake: () => void = () => {}
   private readonly stats: CollectStats
@@ -136,6 +138,7 @@ export class Collector {
       return {...this.snapshot(), runId, wallMs: Date.now() - t0, ...end, failedRows: this.failedRows}
     } finally {
       if (timer) clearInterval(timer)
+      await this.pruning
       await this.log?.close()
       await this.opts.output.close()
       // Not close(): after a stop, /run calls are still parked on the fleet and would be awaited.
@@ -368,6 +371,8 @@ export class Collector {
 
   /** One checkpoint with dispatch paused. A missed or failed one is logged and the run goes on. */
   private async takeCheckpoint(runId: string): Promise<boolean> {
+    // The last prune removes partial checkpoint directories: it must be over before a new one is made.
+    await this.pruning
     const t0 = Date.now()
     try {
       const out = await checkpoint(this.c, {root: this.opts.root, tracker: this.tracker, timeoutS: this.opts.timeoutS, collectionRunId: runId, log: this.opts.log})
@@ -377,7 +382,8 @@ export class Collector {
       this.stats.lastCheckpointAt = new Date().toISOString()
       this.stats.pausesMs.push(Date.now() - t0)
       this.opts.log(`checkpoint ${out.checkpointId}: ${out.continued.length} continued, ${out.restarted.length} restarted (${Date.now() - t0} ms)`)
-      await this.prune()
+      // Old checkpoints go while rows run on: removing hundreds of MB does not hold dispatch up.
+      this.pruning = this.prune()
       return true
     } catch (err) {
       if (err instanceof ControllerError && err.code === 'interrupted') throw err
