@@ -14,6 +14,9 @@ import {sleep} from './util.js'
 
 const MAX_BODY = 64 << 20
 
+/** A downstream step call from an environment (built once: zod schemas are costly to build). */
+const StepBodySchema = z.object({step: z.number().int(), acc: z.string(), seed: z.boolean().optional(), restart: z.boolean().optional()})
+
 export const RunBodySchema = z.object({
   /** Explicit, or derived as Gym derives it: `<_ng_task_index>-<_ng_rollout_index>`. */
   _ng_rollout_id: RolloutIdSchema.optional(),
@@ -172,7 +175,7 @@ export class ParticipantServer {
         p.close(key)
         return new HttpReply(200, {})
       }
-      const parsed = parseJson(body, z.object({step: z.number().int(), acc: z.string(), seed: z.boolean().optional(), restart: z.boolean().optional()}))
+      const parsed = parseJson(body, StepBodySchema)
       if (parsed instanceof HttpReply) return parsed
       const r = await p.step(key, parsed)
       return new HttpReply(200, {digest: r.digest}, r.restart ? {'x-ng-checkpoint-restart': '1'} : {})
