@@ -193,7 +193,13 @@ async function staged<O extends 'retire' | 'forget'>(c: Coordinator, op: O, body
   const replies = new Map<string, ReplyOf<O>>()
   for (const s of stagesOf(c.participants, RETIRE_ORDER)) {
     const r = await fanOut(c, op, s.members, body, deadlineTs, s.name)
-    if (r.failures.length) throw new CoordinationError(op, r.failures, `${op} is refused while a checkpoint is open: resume first, then ${op} again`)
+    if (r.failures.length) {
+      // Only a participant's invalid_phase says a checkpoint is open; anything else (down, a 500)
+      // is named as it is, with what was and was not called.
+      const open = r.failures.some((f) => f.code === 'invalid_phase')
+      const later = `the stages after ${s.name} were not called; ${op} again once every participant answers (it is idempotent)`
+      throw new CoordinationError(op, r.failures, open ? `${op} is refused while a checkpoint is open: resume first, then ${op} again` : later)
+    }
     for (const [k, v] of r.replies) replies.set(k, v)
   }
   return replies

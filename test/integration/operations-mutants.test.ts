@@ -161,7 +161,8 @@ describe('retire and forget', () => {
     expect(err).toBeInstanceOf(CoordinationError)
     expect(err.operation).toBe('retire')
     expect(err.failures.map((f) => f.server)).toEqual(['x-agent'])
-    expect(err.message).toMatch(/retire is refused while a checkpoint is open: resume first, then retire again$/)
+    expect(err.message).toMatch(/x-agent: HTTP 500 .*\. the stages after agent were not called; retire again once every participant answers \(it is idempotent\)$/)
+    expect(err.message).not.toContain('checkpoint is open')
     expect(arrivals(fleet, 'retire').sort()).toEqual(['a-env', 'c-agent', 'z-env'])
     for (const n of ['b-model', 'y-model', 'd-res', 'w-res']) expect(fleet.server(n).controlPlane!.retired.size, n).toBe(0)
   })
@@ -175,6 +176,7 @@ describe('retire and forget', () => {
       ['z-env', 'invalid_phase'],
     ])
     expect(arrivals(fleet, 'retire').sort()).toEqual(['a-env', 'z-env'])
+    expect(err.message).toMatch(/retire is refused while a checkpoint is open: resume first, then retire again$/)
     await resume(c, 'open', soon())
   })
 
@@ -220,7 +222,7 @@ describe('retire and forget', () => {
     expect(err).toBeInstanceOf(CoordinationError)
     expect(err.operation).toBe('forget')
     expect(err.failures.map((f) => f.server)).toEqual(['z-env'])
-    expect(err.message).toMatch(/forget is refused while a checkpoint is open: resume first, then forget again$/)
+    expect(err.message).toMatch(/the stages after environment were not called; forget again once every participant answers \(it is idempotent\)$/)
     expect(arrivals(fleet, 'forget')).toEqual(['a-env'])
   })
 
