@@ -1,0 +1,21 @@
+// ESLint (flat config): the recommended JavaScript and TypeScript rules over every source, test,
+// benchmark and script. Formatting is prettier's (.prettierrc.json), not ESLint's.
+import js from '@eslint/js'
+import globals from 'globals'
+import tseslint from 'typescript-eslint'
+
+export default tseslint.config(
+  {ignores: ['dist/**', '.dist-*/**', 'reports/**', 'coverage/**', '.stryker-tmp/**', '.test-tmp/**', '.bench-tmp/**', 'node_modules/**']},
+  js.configs.recommended,
+  ...tseslint.configs.recommended,
+  {languageOptions: {globals: {...globals.node}}},
+  {
+    rules: {
+      // `catch {}` that deliberately ignores a failure (a best-effort cleanup) is common here and
+      // always says so next to it; empty blocks elsewhere are still errors.
+      'no-empty': ['error', {allowEmptyCatch: true}],
+      // Unused arguments are part of a signature (handlers, callbacks): only `_`-prefixed ones.
+      '@typescript-eslint/no-unused-vars': ['error', {argsIgnorePattern: '^_', caughtErrors: 'none'}],
+    },
+  },
+)
