@@ -103,8 +103,10 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
     return this.resolved
   }
 
-  /** The checkpoint root: the positional or --root, else GYMCKPT_ROOT, else the config context. */
-  protected async rootDir(given?: string): Promise<string> {
+  /** The checkpoint root: the positional or --root (not two different ones), else GYMCKPT_ROOT, else the config context. */
+  protected async rootDir(given?: string, flag?: string): Promise<string> {
+    if (given !== undefined && flag !== undefined && given !== flag) throw new ControllerError('input', `two checkpoint roots given, ${given} and --root ${flag}: pass one`)
+    given ??= flag
     if (given !== undefined) return given
     const root = (await this.settings()).root
     if (!root) throw new ControllerError('input', 'no checkpoint root: pass it (ROOT or --root DIR), set GYMCKPT_ROOT, or set root in the config context')

@@ -52,3 +52,19 @@ export function parseDuration(v: string, flag: string, max: number): number | nu
 /** The checkpoint root, as a flag (commands that take it positionally accept this too). */
 export const rootFlag = (summary = 'Checkpoint root; a checkpoint goes to ROOT/ID') =>
   Flags.string({summary: `${summary} (or GYMCKPT_ROOT, or root in the config context).`})
+
+/**
+ * Episodes as values (`--episode`, repeatable) and from a file (`--episodes-file`, '-' for stdin):
+ * one scheme for every command that takes episodes. `--episodes` stays as a hidden alias of the
+ * file flag, so scripts written before the rename keep working.
+ */
+export const episodeFlags = (what: string) => ({
+  episode: Flags.string({summary: `${what}: r, r-a2 (capture key), r@2 or {"rollout_id":"r","attempt":2}; repeatable.`, multiple: true}),
+  'episodes-file': Flags.string({summary: `File of ${what.toLowerCase()}, one per line or one JSON array ('-' for stdin).`, aliases: ['episodes']}),
+})
+
+/** Rollout IDs as values (`--rollout`, repeatable) and from a file (`--rollouts-file`; `--rollouts` is a hidden alias). */
+export const rolloutFlags = (what: string) => ({
+  rollout: Flags.string({summary: `${what} (no attempt suffix); repeatable.`, multiple: true}),
+  'rollouts-file': Flags.string({summary: `File of ${what.toLowerCase()}s, one per line ('-' for stdin).`, aliases: ['rollouts']}),
+})

@@ -156,3 +156,14 @@ export function parseCheckpointIdFlag(id: string): string {
   if (!SAFE_ID_PATTERN.test(id) || id.length > 128) throw new ControllerError('input', `--id ${quoteInput(id)}: a checkpoint ID is 1 to 128 characters matching ^[A-Za-z0-9][A-Za-z0-9._-]*$`)
   return id
 }
+
+/** The episodes of `--episode` values and `--episodes-file`, in that order; null when neither was given. */
+export async function episodeInputs(f: {episode?: string[]; 'episodes-file'?: string}): Promise<EpisodeId[] | null> {
+  if (!f.episode?.length && f['episodes-file'] === undefined) return null
+  return [...parseEpisodeFlags(f.episode ?? []), ...(f['episodes-file'] !== undefined ? await readEpisodes(f['episodes-file']) : [])]
+}
+
+/** The rollout IDs of `--rollout` values and `--rollouts-file`, in that order. */
+export async function rolloutInputs(f: {rollout?: string[]; 'rollouts-file'?: string}): Promise<string[]> {
+  return [...parseRolloutFlags(f.rollout ?? []), ...(f['rollouts-file'] !== undefined ? await readRolloutIds(f['rollouts-file']) : [])]
+}

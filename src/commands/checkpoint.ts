@@ -1,8 +1,8 @@
 import {Flags} from '@oclif/core'
 
 import {BaseCommand, fleetFlags, timeoutFlag, fleetExitCodes} from '../cli/base.js'
-import {checkpointId, rootFlag, seconds} from '../cli/flags.js'
-import {readEpisodes} from '../cli/inputs.js'
+import {checkpointId, episodeFlags, rootFlag, seconds} from '../cli/flags.js'
+import {episodeInputs} from '../cli/inputs.js'
 import {commitJson, keys, note, timingsTable, warn} from '../cli/output.js'
 import {progressMode, withProgress} from '../cli/progress.js'
 import {checkpoint} from '../coordination/controller.js'
@@ -14,22 +14,22 @@ export default class Checkpoint extends BaseCommand<typeof Checkpoint> {
 ROOT/LATEST, and resumes. Whatever fails after prepare, and on SIGINT/SIGTERM, every participant
 is resumed before the command exits. Leases are renewed while it runs. Progress goes to stderr.\n\n${fleetExitCodes('participant', 'not_prepared', 'invalid_checkpoint', 'fleet_state')}`
   static override examples = [
-    '<%= config.bin %> checkpoint --fleet fleet.yaml --root /shared/ckpt --episodes inflight.txt',
+    '<%= config.bin %> checkpoint --fleet fleet.yaml --root /shared/ckpt --episodes-file inflight.txt',
     '<%= config.bin %> checkpoint --head http://head:11000 --root /shared/ckpt --json',
   ]
   static override flags = {
     ...fleetFlags,
     root: rootFlag(),
     id: checkpointId({summary: 'Checkpoint ID (default: a new ckpt-<time>-<hex>).'}),
-    episodes: Flags.string({summary: "File of the episodes the controller continues ('-' for stdin); default: no scope."}),
+    ...episodeFlags('Episodes the controller continues (default: no scope)'),
     timeout: timeoutFlag,
     'renew-every': seconds({summary: 'Seconds between lease renewals while the checkpoint runs.', default: 60, max: 3600}),
     'keep-closed': Flags.boolean({summary: 'When prepare misses its deadline, leave the fleet closed for inspection.'}),
   }
 
   async run() {
-    const episodes = this.flags.episodes ? await readEpisodes(this.flags.episodes) : null
-    if (!episodes) warn('no --episodes: committing without a scope; every participant exports all of its live episodes')
+    const episodes = await episodeInputs(this.flags)
+    if (!episodes) warn('no --episode or --episodes-file: committing without a scope; every participant exports all of its live episodes')
     const root = await this.rootDir(this.flags.root)
     const {coordinator} = await this.connect()
     const out = await withProgress(
@@ -68,7 +68,8 @@ is resumed before the command exits. Leases are renewed while it runs. Progress 
     const f = this.flags
     return [
       ...(f.root ? ['--root', f.root] : []),
-      ...(f.episodes ? ['--episodes', f.episodes] : []),
+      ...(f.episode ?? []).flatMap((e) => ['--episode', e]),
+      ...(f['episodes-file'] ? ['--episodes-file', f['episodes-file']] : []),
       ...(f.timeout !== 300 ? ['--timeout', String(f.timeout)] : []),
       ...(f['renew-every'] !== 60 ? ['--renew-every', String(f['renew-every'])] : []),
     ]

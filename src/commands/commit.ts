@@ -1,8 +1,8 @@
 import {Flags} from '@oclif/core'
 
-import {checkpointId, rootFlag} from '../cli/flags.js'
+import {checkpointId, episodeFlags, rootFlag} from '../cli/flags.js'
 import {BaseCommand, fleetFlags, timeoutFlag, fleetExitCodes} from '../cli/base.js'
-import {readEpisodes} from '../cli/inputs.js'
+import {episodeInputs} from '../cli/inputs.js'
 import {commitJson, keys, note, timingsTable, warn} from '../cli/output.js'
 import {progressMode, withProgress} from '../cli/progress.js'
 import {afterClose, checkRoot, closeCheckpoint, commitAndPublish, openCheckpoints} from '../coordination/controller.js'
@@ -15,25 +15,25 @@ export default class Commit extends BaseCommand<typeof Commit> {
   static override description = `Stateless: reads the checkpoint ID and every restart from the prepared participants' status,
 computes the scope as continued(episodes) (the episodes minus the restarts), commits everywhere at
 once, then writes ROOT/ID/gymckpt.json and replaces ROOT/LATEST: only after every commit
-succeeded. Without --episodes no scope is sent and each participant exports every live episode
+succeeded. Without --episode or --episodes-file no scope is sent and each participant exports every live episode
 (Gym's policy model refuses that; send the scope when you have it).
 
 Episodes: one per line as r, r-a2, r@2 or {"rollout_id":"r","attempt":2}; or a JSON array.\n\n${fleetExitCodes('participant', 'invalid_checkpoint', 'fleet_state')}`
   static override examples = [
-    '<%= config.bin %> commit --fleet fleet.yaml --root /shared/ckpt --episodes inflight.txt',
-    'trainer-inflight | <%= config.bin %> commit --head http://head:11000 --root /shared/ckpt --episodes - --json',
+    '<%= config.bin %> commit --fleet fleet.yaml --root /shared/ckpt --episodes-file inflight.txt',
+    'trainer-inflight | <%= config.bin %> commit --head http://head:11000 --root /shared/ckpt --episodes-file - --json',
   ]
   static override flags = {
     ...fleetFlags,
     root: rootFlag(),
     id: checkpointId({summary: 'Checkpoint ID (default: the one every participant is prepared under).'}),
-    episodes: Flags.string({summary: "File of the episodes the controller continues ('-' for stdin)."}),
+    ...episodeFlags('Episodes the controller continues (default: no scope)'),
     'no-publish': Flags.boolean({summary: 'Commit only; write neither gymckpt.json nor LATEST.'}),
     timeout: timeoutFlag,
   }
 
   async run() {
-    const episodes = this.flags.episodes ? await readEpisodes(this.flags.episodes) : null
+    const episodes = await episodeInputs(this.flags)
     const root = await checkRoot(await this.rootDir(this.flags.root))
     // Tolerant: a member that died since prepare must not leave the others closed.
     const {coordinator, discovery} = await this.connect(undefined, {tolerant: true})
@@ -62,7 +62,7 @@ Episodes: one per line as r, r-a2, r@2 or {"rollout_id":"r","attempt":2}; or a J
       )
     }
     const restarts = restartsOf(discovery.participants.map((p) => p.status.report.restarts))
-    if (!episodes) warn('no --episodes: committing without a scope; every participant exports all of its live episodes')
+    if (!episodes) warn('no --episode or --episodes-file: committing without a scope; every participant exports all of its live episodes')
     const out = await withProgress(
       {commit: {title: this.flags['no-publish'] ? 'commit' : 'commit and publish', operations: ['commit']}},
       {mode: progressMode(this.jsonEnabled()), signal: this.signal},

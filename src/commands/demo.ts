@@ -19,11 +19,11 @@ uninterrupted run's. Needs no token and no network.
 --scenario collect rehearses a rollout collection instead: \`gymckpt fleet\` and \`gymckpt collect\` run
 as processes, both are SIGKILLed mid-run, a fresh fleet starts, and \`collect --resume\` finishes the
 run; it passes when the output, sorted by rollout ID, equals an uninterrupted run's row for row
-(no row lost or duplicated). There --episodes is the number of rows and --root the work directory.\n\n${exitCodesHelp('input', 'participant')}`
-  static override examples = ['<%= config.bin %> demo', '<%= config.bin %> demo --episodes 200 --steps 12 --root /tmp/rehearsal --json', '<%= config.bin %> demo --scenario collect']
+(no row lost or duplicated). There --episode-count is the number of rows and --root the work directory.\n\n${exitCodesHelp('input', 'participant')}`
+  static override examples = ['<%= config.bin %> demo', '<%= config.bin %> demo --episode-count 200 --steps 12 --root /tmp/rehearsal --json', '<%= config.bin %> demo --scenario collect']
   static override flags = {
     scenario: Flags.string({summary: 'restore: checkpoint, crash, restore (in-process); collect: a collection SIGKILLed mid-run and resumed (processes).', options: ['restore', 'collect'], default: 'restore'}),
-    episodes: Flags.integer({summary: 'Episodes to run.', default: 24, min: 1, max: 10_000}),
+    'episode-count': Flags.integer({summary: 'Episodes to run.', default: 24, min: 1, max: 10_000, aliases: ['episodes']}),
     steps: Flags.integer({summary: 'Steps per episode (each gets 0-2 more).', default: 8, min: 2, max: 1000}),
     'step-ms': Flags.integer({summary: 'Duration of one step, ms.', default: 40, min: 1, max: 10_000}),
     restarts: Flags.integer({summary: 'Episodes that cannot be captured (they start over).', default: 2, min: 0}),
@@ -33,7 +33,7 @@ run; it passes when the output, sorted by rollout ID, equals an uninterrupted ru
   async run() {
     if (this.flags.scenario === 'collect') return this.collect()
     const r = await runDemo({
-      episodes: this.flags.episodes,
+      episodes: this.flags['episode-count'],
       steps: this.flags.steps,
       stepMs: this.flags['step-ms'],
       restarts: this.flags.restarts,
@@ -66,7 +66,7 @@ run; it passes when the output, sorted by rollout ID, equals an uninterrupted ru
 
   private async collect() {
     const r = await runCollectDemo({
-      rows: this.flags.episodes,
+      rows: this.flags['episode-count'],
       steps: this.flags.steps,
       stepMs: this.flags['step-ms'],
       restarts: this.flags.restarts,

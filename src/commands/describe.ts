@@ -2,6 +2,7 @@ import {Args, Flags} from '@oclif/core'
 import color from 'ansis'
 
 import {BaseCommand} from '../cli/base.js'
+import {checkpointId, rootFlag} from '../cli/flags.js'
 import {exitCodesHelp} from '../cli/exit-codes.js'
 import {describeJson, keys, note, table, warn} from '../cli/output.js'
 import {ControllerError} from '../coordination/errors.js'
@@ -25,15 +26,20 @@ export default class Describe extends BaseCommand<typeof Describe> {
     '<%= config.bin %> describe /shared/ckpt --json',
   ]
   static override args = {
-    root: Args.string({description: 'Checkpoint root (the directory holding LATEST), or a checkpoint directory.', required: true}),
+    root: Args.string({description: 'Checkpoint root (the directory holding LATEST), or a checkpoint directory (default: --root, GYMCKPT_ROOT, or the config context).'}),
     id: checkpointIdArg({description: 'Checkpoint ID in the root (default: LATEST).'}),
   }
-  static override flags = {verify: Flags.boolean({summary: 'Also verify the checkpoint offline (reads every records file).'})}
+  static override flags = {
+    verify: Flags.boolean({summary: 'Also verify the checkpoint offline (reads every records file).'}),
+    root: rootFlag('Checkpoint root, instead of the positional'),
+    id: checkpointId({summary: 'Checkpoint ID in the root, instead of the positional (default: LATEST).'}),
+  }
 
   async run() {
     let d
     try {
-      d = await describeCheckpoint(this.args.root, this.args.id, {verify: this.flags.verify})
+      if (this.args.id !== undefined && this.flags.id !== undefined && this.args.id !== this.flags.id) throw new ControllerError('input', `two checkpoint IDs given, ${this.args.id} and --id ${this.flags.id}: pass one`)
+      d = await describeCheckpoint(await this.rootDir(this.args.root, this.flags.root), this.args.id ?? this.flags.id, {verify: this.flags.verify})
     } catch (err) {
       if (err instanceof CheckpointStateError) throw new ControllerError('invalid_checkpoint', err.message)
       throw err

@@ -20,14 +20,14 @@ member, plus a head server, and runs until SIGINT/SIGTERM. The token comes from 
 as every other command's. Faults: SERVER:ROUTE:TYPE[:ARG][xN] with TYPE status|hang|delay|drop|drop-after,
 e.g. policy_model:commit:status:500 or weather_env:prepare:hang.\n\n${exitCodesHelp('input', 'interrupted')}`
   static override examples = [
-    'export NEMO_GYM_CHECKPOINT_CONTROL_TOKEN=$(openssl rand -hex 16); <%= config.bin %> fleet --write-fleet fleet.yaml --episodes 20',
+    'export NEMO_GYM_CHECKPOINT_CONTROL_TOKEN=$(openssl rand -hex 16); <%= config.bin %> fleet --write-fleet fleet.yaml --episode-count 20',
     '<%= config.bin %> fleet --member env=environment --member policy=model --fault policy:commit:status:500',
   ]
   static override flags = {
     member: Flags.string({summary: 'A member as NAME=KIND (environment|model|agent|resources|none); repeatable. Default: one of each and a judge.', multiple: true}),
     'write-fleet': Flags.string({summary: 'Write a fleet YAML file for --fleet.'}),
     fault: Flags.string({summary: 'Inject a fault (repeatable).', multiple: true}),
-    episodes: Flags.integer({summary: 'Start this many long-running episodes.', default: 0, min: 0}),
+    'episode-count': Flags.integer({summary: 'Start this many long-running episodes.', default: 0, min: 0, aliases: ['episodes']}),
     steps: Flags.integer({summary: 'Steps per started episode.', default: 50, min: 1}),
     'step-ms': Flags.integer({summary: 'Duration of one step, ms.', default: 200, min: 1}),
     'token-env': Flags.string({summary: 'Environment variable holding the control token.', default: DEFAULT_TOKEN_ENV}),
@@ -68,7 +68,7 @@ e.g. policy_model:commit:status:500 or weather_env:prepare:hang.\n\n${exitCodesH
         this.log(`head server: ${fleet.headUrl}`)
         note('running; Ctrl-C to stop')
       }
-      for (let i = 0; i < this.flags.episodes; i++) {
+      for (let i = 0; i < this.flags['episode-count']; i++) {
         void fleet
           .run({rolloutId: `ep-${i}`, steps: this.flags.steps, stepMs: this.flags['step-ms']})
           .then((r) => note(`ep-${i}: HTTP ${r.status}`))

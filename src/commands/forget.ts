@@ -1,8 +1,8 @@
 import {Flags} from '@oclif/core'
 
-import {checkpointId} from '../cli/flags.js'
+import {checkpointId, rolloutFlags} from '../cli/flags.js'
 import {BaseCommand, fleetFlags, timeoutFlag, fleetExitCodes} from '../cli/base.js'
-import {parseRolloutFlags, readRolloutIds} from '../cli/inputs.js'
+import {rolloutInputs} from '../cli/inputs.js'
 import {ControllerError} from '../coordination/errors.js'
 import {forget, retirePreview} from '../coordination/operations.js'
 import {note, warn} from '../cli/output.js'
@@ -11,11 +11,10 @@ export default class Forget extends BaseCommand<typeof Forget> {
   static override summary = 'Drop the retire marks of rollouts that are done for good.'
   static override description = `Call it once nothing of any attempt of a rollout can still run and it will not be dispatched
 again, for every rollout retired or restored. Same order and phase rules as retire.\n\n${fleetExitCodes('participant')}`
-  static override examples = ['<%= config.bin %> forget --fleet fleet.yaml --rollout r7 --rollout r9', '<%= config.bin %> forget --head http://head:11000 --rollouts done.txt']
+  static override examples = ['<%= config.bin %> forget --fleet fleet.yaml --rollout r7 --rollout r9', '<%= config.bin %> forget --head http://head:11000 --rollouts-file done.txt']
   static override flags = {
     ...fleetFlags,
-    rollout: Flags.string({summary: 'A rollout ID (no attempt suffix); repeatable.', multiple: true}),
-    rollouts: Flags.string({summary: "File of rollout IDs, one per line ('-' for stdin)."}),
+    ...rolloutFlags('Rollout ID'),
     id: checkpointId({summary: 'Checkpoint ID sent with the call.', default: 'forget'}),
     timeout: timeoutFlag,
     'dry-run': Flags.boolean({summary: 'Show the stages, servers and calls it would send, and who would refuse; send nothing but status probes.'}),
@@ -24,8 +23,8 @@ again, for every rollout retired or restored. Same order and phase rules as reti
   async run() {
     // Every input is checked before the fleet is contacted: exit 2 means nothing was sent.
     const id = this.flags.id
-    const ids = [...parseRolloutFlags(this.flags.rollout ?? []), ...(this.flags.rollouts ? await readRolloutIds(this.flags.rollouts) : [])]
-    if (ids.length === 0) throw new ControllerError('input', 'nothing to forget: pass --rollout or --rollouts')
+    const ids = await rolloutInputs(this.flags)
+    if (ids.length === 0) throw new ControllerError('input', 'nothing to forget: pass --rollout or --rollouts-file')
     const {coordinator, discovery} = await this.connect()
     if (this.flags['dry-run']) {
       const preview = retirePreview(discovery.participants, ids.length, id)

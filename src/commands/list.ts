@@ -1,6 +1,7 @@
 import {Args} from '@oclif/core'
 
 import {BaseCommand} from '../cli/base.js'
+import {rootFlag} from '../cli/flags.js'
 import {exitCodesHelp} from '../cli/exit-codes.js'
 import {listJson, note, table, warn} from '../cli/output.js'
 import {ControllerError} from '../coordination/errors.js'
@@ -11,12 +12,13 @@ export default class List extends BaseCommand<typeof List> {
   static override summary = 'List the checkpoints in a checkpoint root, newest first.'
   static override description = `One line per checkpoint directory: its ID, when it was created (from gymckpt.json or Gym's collection.json), its age, its size (the sum of its files' sizes), its participants, the continued and restarted episodes of its commit, and its state: published (it has a controller manifest), partial (none: a commit that never finished, or one still running; its time is the directory's), or unreadable (a manifest that cannot be read). LATEST's checkpoint is marked *. Reads manifests and file sizes only, never a records file, and touches no server.\n\n${exitCodesHelp('input', 'invalid_checkpoint')}`
   static override examples = ['<%= config.bin %> list /shared/ckpt', '<%= config.bin %> list /shared/ckpt --json']
-  static override args = {root: Args.string({description: 'Checkpoint root (the directory holding LATEST).', required: true})}
+  static override args = {root: Args.string({description: 'Checkpoint root, the directory holding LATEST (default: --root, GYMCKPT_ROOT, or the config context).'})}
+  static override flags = {root: rootFlag('Checkpoint root, instead of the positional')}
 
   async run() {
     let catalog
     try {
-      catalog = await listCheckpoints(this.args.root)
+      catalog = await listCheckpoints(await this.rootDir(this.args.root, this.flags.root))
     } catch (err) {
       if (err instanceof CheckpointStateError) throw new ControllerError('invalid_checkpoint', err.message)
       throw err

@@ -39,7 +39,7 @@ closed until 'commit' and 'resume'; leases end deadline + grace (Gym: 600 s) aft
       note(`prepared ${prep.replies.size} participant(s); restarts: ${keys(restarts)}`)
       note(`the fleet is closed until it is resumed (leases end ${this.flags.timeout} s + the participants' grace from now)`)
       for (const n of next) note(`next: ${n}`)
-      note(`(add --episodes FILE to the commit: the episodes you continue; Gym's policy model refuses a commit without them${root ? '' : '; pass --root to prepare to print the exact commit line'})`)
+      note(`(add --episodes-file FILE to the commit: the episodes you continue; Gym's policy model refuses a commit without them${root ? '' : '; pass --root to prepare to print the exact commit line'})`)
     }
     return {checkpoint_id: id, prepared: true, deadline_ts: deadlineTs, restarted: episodesJson(restarts), next}
   }

@@ -13,19 +13,21 @@ export default class Prune extends BaseCommand<typeof Prune> {
   static override description = `Keeps the --keep newest published checkpoints and always the one LATEST names. Removes older
 published checkpoints, checkpoint directories that were never published and are older than
 LATEST (a newer one may be a commit in progress), and stale temp files. Leaves anything that is
-not a checkpoint directory, and every symbolic link, alone. Touches no server.\n\n${exitCodesHelp('input', 'invalid_checkpoint')}`
-  static override examples = ['<%= config.bin %> prune /shared/ckpt', '<%= config.bin %> prune /shared/ckpt --keep 3 --yes --json']
+not a checkpoint directory, and every symbolic link, alone. Touches no server. Without --yes (or
+with --dry-run) it removes nothing and shows what it would remove.\n\n${exitCodesHelp('input', 'invalid_checkpoint')}`
+  static override examples = ['<%= config.bin %> prune /shared/ckpt --dry-run', '<%= config.bin %> prune /shared/ckpt --keep 3 --yes --json']
   static override args = {root: Args.string({description: 'Checkpoint root, the directory holding LATEST (default: --root, GYMCKPT_ROOT, or the config context).'})}
   static override flags = {
     root: rootFlag('Checkpoint root, instead of the positional'),
     keep: Flags.integer({summary: 'Published checkpoints to keep, newest first.', default: 2, min: 1}),
-    yes: Flags.boolean({summary: 'Remove; without it, only show what would be removed.'}),
+    yes: Flags.boolean({summary: 'Remove; without it, only show what would be removed.', exclusive: ['dry-run']}),
+    'dry-run': Flags.boolean({summary: 'Only show what would be removed (the default; for scripts that say so).', exclusive: ['yes']}),
   }
 
   async run() {
     let plan
     try {
-      plan = await planPrune(await this.rootDir(this.args.root ?? this.flags.root), this.flags.keep)
+      plan = await planPrune(await this.rootDir(this.args.root, this.flags.root), this.flags.keep)
     } catch (err) {
       if (err instanceof CheckpointStateError) throw new ControllerError('invalid_checkpoint', err.message)
       throw err

@@ -33,7 +33,7 @@ continued episode next at attempt + 1; start restarts over from input at attempt
 
   async run() {
     const {coordinator} = await this.connect()
-    const opts = {location: await this.rootDir(this.args.location ?? this.flags.root), checkpointId: this.flags.id, timeoutS: this.flags.timeout, skipVerify: this.flags['skip-verify'], keepClosed: this.flags['no-resume'], log: note}
+    const opts = {location: await this.rootDir(this.args.location, this.flags.root), checkpointId: this.flags.id, timeoutS: this.flags.timeout, skipVerify: this.flags['skip-verify'], keepClosed: this.flags['no-resume'], log: note}
     if (this.flags['dry-run']) {
       const plan = await planRestore(coordinator, opts)
       if (!this.jsonEnabled()) this.render(plan, true)

@@ -1,8 +1,8 @@
 import {Flags} from '@oclif/core'
 
-import {checkpointId} from '../cli/flags.js'
+import {checkpointId, episodeFlags} from '../cli/flags.js'
 import {BaseCommand, fleetFlags, timeoutFlag, fleetExitCodes} from '../cli/base.js'
-import {parseEpisodeFlags, readEpisodes} from '../cli/inputs.js'
+import {episodeInputs} from '../cli/inputs.js'
 import {ControllerError} from '../coordination/errors.js'
 import {retire, retirePreview} from '../coordination/operations.js'
 import {note, warn} from '../cli/output.js'
@@ -12,11 +12,10 @@ export default class Retire extends BaseCommand<typeof Retire> {
   static override description = `Order: environment, then agent, then model and resources. Refused while a checkpoint is open
 (resume first). Each participant marks the attempt (and earlier ones) before it stops anything, so
 a late request of a retired attempt gets 409 stale_attempt. Sent in batches of 1024.\n\n${fleetExitCodes('participant')}`
-  static override examples = ['<%= config.bin %> retire --fleet fleet.yaml --episode r7 --episode r9-a1', 'cat stragglers.txt | <%= config.bin %> retire --head http://head:11000 --episodes -']
+  static override examples = ['<%= config.bin %> retire --fleet fleet.yaml --episode r7 --episode r9-a1', 'cat stragglers.txt | <%= config.bin %> retire --head http://head:11000 --episodes-file -']
   static override flags = {
     ...fleetFlags,
-    episode: Flags.string({summary: 'An attempt to retire (r, r-a2 or r@2); repeatable.', multiple: true}),
-    episodes: Flags.string({summary: "File of attempts ('-' for stdin)."}),
+    ...episodeFlags('Attempts to retire'),
     id: checkpointId({summary: 'Checkpoint ID sent with the call (a restored fleet needs its restore ID).', default: 'retire'}),
     timeout: timeoutFlag,
     'dry-run': Flags.boolean({summary: 'Show the stages, servers and calls it would send, and who would refuse; send nothing but status probes.'}),
@@ -25,8 +24,8 @@ a late request of a retired attempt gets 409 stale_attempt. Sent in batches of 1
   async run() {
     // Every input is checked before the fleet is contacted: exit 2 means nothing was sent.
     const id = this.flags.id
-    const episodes = [...parseEpisodeFlags(this.flags.episode ?? []), ...(this.flags.episodes ? await readEpisodes(this.flags.episodes) : [])]
-    if (episodes.length === 0) throw new ControllerError('input', 'nothing to retire: pass --episode or --episodes')
+    const episodes = (await episodeInputs(this.flags)) ?? []
+    if (episodes.length === 0) throw new ControllerError('input', 'nothing to retire: pass --episode or --episodes-file')
     const {coordinator, discovery} = await this.connect()
     if (this.flags['dry-run']) {
       const preview = retirePreview(discovery.participants, episodes.length, id)

@@ -27,7 +27,7 @@ for. Exit 6 on any error.\n\n${exitCodesHelp('input', 'invalid_checkpoint')}`
   async run() {
     let report
     try {
-      report = await verifyCheckpoint(await this.rootDir(this.args.location ?? this.flags.root), {id: this.flags.id})
+      report = await verifyCheckpoint(await this.rootDir(this.args.location, this.flags.root), {id: this.flags.id})
     } catch (err) {
       if (err instanceof CheckpointStateError) throw new ControllerError('invalid_checkpoint', err.message)
       throw err

@@ -35,7 +35,7 @@ describe('progress (GYMCKPT_PROGRESS=plain draws it off a terminal too)', () => 
     const root = await tempDir()
     let proc: ReturnType<typeof import('node:child_process').spawn> | undefined
     let err = ''
-    const run = cli(['checkpoint', ...servers(fleet), '--root', root, '--episodes', '-'], {
+    const run = cli(['checkpoint', ...servers(fleet), '--root', root, '--episodes-file', '-'], {
       input: 'a\nb\n',
       env: PLAIN,
       onSpawn: (p) => {
@@ -63,7 +63,7 @@ describe('progress (GYMCKPT_PROGRESS=plain draws it off a terminal too)', () => 
     const root = await tempDir()
     let proc: ReturnType<typeof import('node:child_process').spawn> | undefined
     let err = ''
-    const run = cli(['checkpoint', ...servers(fleet), '--root', root, '--episodes', '-'], {
+    const run = cli(['checkpoint', ...servers(fleet), '--root', root, '--episodes-file', '-'], {
       input: 'a\n',
       env: PLAIN,
       onSpawn: (p) => {
@@ -95,7 +95,7 @@ describe('per-participant timings', () => {
   it('checkpoint --json: prepare, commit and resume ms, records and bytes per participant; the table on stderr', async () => {
     const fleet = await busyFleet(['a', 'b', 'c'])
     const root = await tempDir()
-    const r = await cli(['checkpoint', ...servers(fleet), '--root', root, '--episodes', '-', '--json'], {input: 'a\nb\n'})
+    const r = await cli(['checkpoint', ...servers(fleet), '--root', root, '--episodes-file', '-', '--json'], {input: 'a\nb\n'})
     expect(r.code, r.stderr).toBe(0)
     const t = r.json.timings
     expect(t.map((x: {server: string}) => x.server)).toEqual(['env', 'policy', 'agent', 'res'])
@@ -109,7 +109,7 @@ describe('per-participant timings', () => {
     // The environment holds all three live episodes; the scope holds two.
     expect(t.find((x: {server: string}) => x.server === 'policy').records).toBe(2)
 
-    const human = await cli(['checkpoint', ...servers(fleet), '--root', root, '--episodes', '-'], {input: 'a\n'})
+    const human = await cli(['checkpoint', ...servers(fleet), '--root', root, '--episodes-file', '-'], {input: 'a\n'})
     expect(human.code, human.stderr).toBe(0)
     expect(human.stderr).toMatch(/SERVER\s+KIND\s+INSTANCE\s+PREPARE_MS\s+COMMIT_MS\s+RESUME_MS\s+RECORDS\s+BYTES/)
     expect(human.stderr).not.toContain('RESTORE_MS')
@@ -121,7 +121,7 @@ describe('per-participant timings', () => {
     const root = await tempDir()
     const prep = await cli(['prepare', ...servers(fleet), '--json'])
     expect(prep.code, prep.stderr).toBe(0)
-    const commit = await cli(['commit', ...servers(fleet), '--root', root, '--episodes', '-', '--json'], {input: 'a\nb\n'})
+    const commit = await cli(['commit', ...servers(fleet), '--root', root, '--episodes-file', '-', '--json'], {input: 'a\nb\n'})
     expect(commit.code, commit.stderr).toBe(0)
     for (const row of commit.json.timings) {
       expect(row.prepare_ms).toBeNull()
