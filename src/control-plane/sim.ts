@@ -6,7 +6,7 @@ import {PrepareReport} from '../protocol/wire.js'
 import {StoredRecord} from '../storage/participant-store.js'
 import {PyValue, isPyDict, pyGet} from '../storage/pyjson.js'
 import {ControlError, ControlPlane, ExportedRecord, Participant} from './control-plane.js'
-import {sleep} from './util.js'
+import {RolloutMap, sleep} from './util.js'
 
 /**
  * Simulated episodes behind the participant double. An environment server runs each episode as a
@@ -153,8 +153,8 @@ export function taskDigest(input: string, steps: number): string {
 }
 
 export class SimEnvironment extends SimBase {
-  readonly episodes = new Map<string, LiveEpisode>()
-  readonly restoredPending = new Map<string, {boundary: Boundary | null; taskDigest: string}>()
+  readonly episodes = new RolloutMap<LiveEpisode>()
+  readonly restoredPending = new RolloutMap<{boundary: Boundary | null; taskDigest: string}>()
   downstream: Downstream[] = []
   private readonly data = new Agent({connections: 64, keepAliveTimeout: 10_000})
 
@@ -227,8 +227,9 @@ export class SimEnvironment extends SimBase {
 
   async retire(e: EpisodeId): Promise<void> {
     const waits: Promise<unknown>[] = []
-    for (const live of this.episodes.values()) {
-      if (live.ep.rolloutId !== e.rolloutId || live.ep.attempt > e.attempt) continue
+    for (const key of this.episodes.keysOf(e.rolloutId)) {
+      const live = this.episodes.get(key)!
+      if (live.ep.attempt > e.attempt) continue
       // A retry of a retire cut short waits again without cancelling a second time.
       if (!live.retiring) {
         live.retiring = true
@@ -238,9 +239,8 @@ export class SimEnvironment extends SimBase {
     }
     this.changed()
     await Promise.all(waits)
-    for (const key of [...this.restoredPending.keys()]) {
-      const p = fromCaptureKey(key)
-      if (p.rolloutId === e.rolloutId && p.attempt <= e.attempt) this.restoredPending.delete(key)
+    for (const key of this.restoredPending.keysOf(e.rolloutId)) {
+      if (fromCaptureKey(key).attempt <= e.attempt) this.restoredPending.delete(key)
     }
   }
 
@@ -360,8 +360,8 @@ export interface Session {
 }
 
 export class SimDownstream extends SimBase {
-  readonly sessions = new Map<string, Session>()
-  private readonly inflight = new Map<string, {count: number; abort: AbortController; done: Promise<void>[]}>()
+  readonly sessions = new RolloutMap<Session>()
+  private readonly inflight = new RolloutMap<{count: number; abort: AbortController; done: Promise<void>[]}>()
   /** Simulated work per call, in ms. */
   callMs = 0
 
@@ -418,15 +418,16 @@ export class SimDownstream extends SimBase {
 
   async retire(e: EpisodeId): Promise<void> {
     const waits: Promise<void>[] = []
-    for (const [key, f] of this.inflight) {
+    for (const key of this.inflight.keysOf(e.rolloutId)) {
+      const f = this.inflight.get(key)!
       const ep = fromCaptureKey(key)
-      if (ep.rolloutId === e.rolloutId && ep.attempt <= e.attempt) {
+      if (ep.attempt <= e.attempt) {
         f.abort.abort(new ControlError('stale_attempt', `attempt ${ep.attempt} of '${ep.rolloutId}' was retired`))
         waits.push(...f.done)
       }
     }
     await Promise.all(waits.map((w) => w.catch(() => {})))
-    for (const [key, s] of this.sessions) if (s.ep.rolloutId === e.rolloutId && s.ep.attempt <= e.attempt) this.sessions.delete(key)
+    for (const key of this.sessions.keysOf(e.rolloutId)) if (this.sessions.get(key)!.ep.attempt <= e.attempt) this.sessions.delete(key)
     this.changed()
   }
 

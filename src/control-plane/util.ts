@@ -1,3 +1,5 @@
+import {fromCaptureKey} from '../protocol/episode.js'
+
 /** A FIFO async mutex: the control plane serialises every transition through one. */
 export class Mutex {
   private tail: Promise<void> = Promise.resolve()
@@ -57,5 +59,52 @@ export class Notifier {
       const t = setTimeout(done, Math.max(0, ms))
       this.waiters.add(done)
     })
+  }
+}
+
+/**
+ * A Map keyed by capture key that also finds every key of one rollout, so that retiring a batch
+ * costs the episodes it names, not every episode held for each one (O(held × retired) before:
+ * 44 s to retire 10,000 of 10,000).
+ */
+export class RolloutMap<V> extends Map<string, V> {
+  private readonly byRollout = new Map<string, Set<string>>()
+
+  override set(key: string, value: V): this {
+    if (!super.has(key)) {
+      const r = rolloutOfKey(key)
+      let keys = this.byRollout.get(r)
+      if (!keys) this.byRollout.set(r, (keys = new Set()))
+      keys.add(key)
+    }
+    return super.set(key, value)
+  }
+
+  override delete(key: string): boolean {
+    if (!super.delete(key)) return false
+    const r = rolloutOfKey(key)
+    const keys = this.byRollout.get(r)
+    keys?.delete(key)
+    if (keys?.size === 0) this.byRollout.delete(r)
+    return true
+  }
+
+  override clear(): void {
+    super.clear()
+    this.byRollout.clear()
+  }
+
+  /** The keys held of this rollout's episodes (a copy: entries may be deleted while it is read). */
+  keysOf(rolloutId: string): string[] {
+    const keys = this.byRollout.get(rolloutId)
+    return keys ? [...keys] : []
+  }
+}
+
+function rolloutOfKey(key: string): string {
+  try {
+    return fromCaptureKey(key).rolloutId
+  } catch {
+    return key
   }
 }
