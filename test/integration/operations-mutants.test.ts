@@ -5,6 +5,7 @@ import {describe, expect, it} from 'vitest'
 import {Fleet, FleetMember} from '../../src/control-plane/fleet.js'
 import {CoordinationError} from '../../src/coordination/errors.js'
 import {
+  CallEvent,
   Coordinator,
   RETIRE_BATCH,
   commit,
@@ -313,6 +314,30 @@ describe('the one-shot fan-outs', () => {
       {operation: 'resume', stage: 'st', servers: ['a-env', 'z-env', 'b-model']},
       {operation: 'resume', stage: 'st', servers: ['a-env', 'z-env', 'b-model'], done: true, failures: 1},
     ])
+  })
+
+  it('fanOut tells onCall when each call is sent (no time) and when it settles (its time, ok, the failure code)', async () => {
+    const {fleet, c} = await wide()
+    fleet.server('a-env').faults.add('resume', {type: 'status', status: 409, body: JSON.stringify({error: {code: 'stale_checkpoint', detail: 'x'}})})
+    const calls: CallEvent[] = []
+    const deadline = soon()
+    await fanOut({...c, onCall: (e) => calls.push(e)}, 'resume', c.participants.slice(0, 3), encodeBody({checkpoint_id: 'x', deadline_ts: deadline}), deadline, 'st')
+    expect(calls.slice(0, 3)).toEqual(['a-env', 'z-env', 'b-model'].map((server) => ({operation: 'resume', stage: 'st', server, deadlineTs: deadline, ms: null})))
+    const settled = calls.slice(3)
+    expect(settled.map((e) => e.server).sort()).toEqual(['a-env', 'b-model', 'z-env'])
+    for (const e of settled) {
+      expect(e).toMatchObject({operation: 'resume', stage: 'st', deadlineTs: deadline})
+      expect(e.ms, e.server).toBeGreaterThanOrEqual(0)
+      expect([e.ok, e.code], e.server).toEqual(e.server === 'a-env' ? [false, 'stale_checkpoint'] : [true, null])
+    }
+    // The settled time is measured from when the stage's calls were sent: never more than the stage took.
+    const t0 = performance.now()
+    const slow: CallEvent[] = []
+    await fanOut({...c, onCall: (e) => slow.push(e)}, 'resume', c.participants.slice(0, 2), encodeBody({checkpoint_id: 'x', deadline_ts: deadline}), deadline)
+    const took = performance.now() - t0
+    for (const e of slow.filter((x) => x.ms !== null)) expect(e.ms, e.server).toBeLessThanOrEqual(took)
+    expect(slow.filter((e) => e.ms !== null).length).toBe(2)
+    expect(slow.filter((e) => e.ms === null).map((e) => e.stage)).toEqual(['all', 'all'])
   })
 
   it('statusAll reports an unreachable participant as a failure, not an exception', async () => {
