@@ -9,6 +9,7 @@ import {commit, prepare, resume} from '../../src/coordination/operations.js'
 import {RestorePlan, assertRestorable, planRestore, restoreBlockers, restoreCheckpoint} from '../../src/coordination/restore.js'
 import {episode} from '../../src/protocol/episode.js'
 import {StatusReply} from '../../src/protocol/wire.js'
+import {readRestoreLog} from '../../src/storage/restore-log.js'
 import {FORMAT_VERSION, publishLatest, writeControllerManifest} from '../../src/storage/root.js'
 import {FULL, coordinatorFor, soon, startFleet} from '../helpers/fleet.js'
 import {tempDir} from '../helpers/tmp.js'
@@ -222,5 +223,65 @@ describe('planRestore and restoreCheckpoint', () => {
     for (const s of target.servers) expect(s.journal.some((j) => j.route === 'restore' || j.route === 'retire'), s.name).toBe(false)
     await target.server('env').controlPlane!.retire({checkpoint_id: 'x', deadline_ts: soon(), episode_ids: [{rollout_id: 'busy', attempt: 0}]})
     await run
+  })
+})
+
+describe('restoreCheckpoint: timings and the restore log', () => {
+  it('a row per participant: restore and resume times, the records it installed and its file\'s bytes', async () => {
+    const {root, dir, tc} = await checkpointed()
+    const r = await restoreCheckpoint(tc, {location: root})
+    expect(r.timings.map((t) => t.server)).toEqual(['env', 'policy', 'agent', 'res'])
+    for (const t of r.timings) {
+      const v = r.verify!.participants.find((x) => x.kind === t.kind && x.instance === t.instance)!
+      expect([typeof t.restoreMs, typeof t.resumeMs, t.prepareMs, t.commitMs], t.server).toEqual(['number', 'number', null, null])
+      expect(t.records, t.server).toBe(1)
+      expect(t.bytes, t.server).toBe(v.bytes)
+      expect(t.bytes, t.server).toBeGreaterThan(0)
+    }
+    const log = await readRestoreLog(root)
+    expect(log.entries).toEqual([{restore_id: r.restoreId, time: expect.any(String), checkpoint_id: 'ck-1', checkpoint_dir: dir, outcome: 'restored', error: null, participants: 4}])
+  })
+
+  it('without verification no bytes are known; keepClosed has no resume time', async () => {
+    const {root, tc} = await checkpointed()
+    const r = await restoreCheckpoint(tc, {location: root, skipVerify: true, keepClosed: true})
+    expect(r.timings.map((t) => [t.records, t.bytes, t.resumeMs])).toEqual([
+      [1, null, null],
+      [1, null, null],
+      [1, null, null],
+      [1, null, null],
+    ])
+    await resume(tc, r.restoreId, soon())
+  })
+
+  it('a refused restore is logged as refused with its error; a failed one as failed', async () => {
+    const {root, dir, target, tc} = await checkpointed()
+    target.server('policy').faults.add('restore', {type: 'status', status: 500})
+    const failed = (await restoreCheckpoint(tc, {location: root}).catch((e: unknown) => e)) as Error
+    const busy = target.run({rolloutId: 'busy', steps: 50, stepMs: 50})
+    await new Promise((r) => setTimeout(r, 100))
+    const refused = (await restoreCheckpoint(tc, {location: root, skipVerify: true}).catch((e: unknown) => e)) as Error
+    const log = await readRestoreLog(root)
+    expect(log.entries.map((e) => [e.checkpoint_id, e.checkpoint_dir, e.outcome, e.error])).toEqual([
+      ['ck-1', dir, 'failed', failed.message],
+      ['ck-1', dir, 'refused', refused.message],
+    ])
+    await target.server('env').controlPlane!.retire({checkpoint_id: 'x', deadline_ts: soon(), episode_ids: [{rollout_id: 'busy', attempt: 0}]})
+    await busy
+  })
+
+  it('an interrupt during the retire of restarts is interrupted, and nothing is restored', async () => {
+    const {root, target, tc} = await checkpointed()
+    const abort = new AbortController()
+    target.server('agent').faults.add('retire', {type: 'hang'})
+    // Interrupted once the hanging retire is on its way to the agent.
+    const onCall = (e: {operation: string; server: string; ms: number | null}) => {
+      if (e.operation === 'retire' && e.server === 'agent' && e.ms === null) setImmediate(() => abort.abort())
+    }
+    const p = restoreCheckpoint({...tc, signal: abort.signal, onCall}, {location: root})
+    const err = (await p.catch((e: unknown) => e)) as ControllerError
+    expect(err.code).toBe('interrupted')
+    expect(err.message).toMatch(/^interrupted while retiring the restarts before restore 'restore-[0-9a-f]+'; nothing was restored$/)
+    for (const s of target.servers) expect(s.journal.some((j) => j.route === 'restore'), s.name).toBe(false)
   })
 })
