@@ -310,3 +310,72 @@ describe('checkpoint', () => {
     expect(await checkRoot(path.relative(process.cwd(), await tempDir()))).toMatch(/^\//)
   })
 })
+
+describe('checkpoint: errors after prepare, and interrupts', () => {
+  it('a controller error after the commit keeps its code and details and says the fleet was resumed', async () => {
+    const fleet = await startFleet({members: FULL})
+    const c = await coordinatorFor(fleet)
+    const root = await tempDir()
+    const {mkdir, writeFile} = await import('node:fs/promises')
+    await mkdir(path.join(root, 'c1'))
+    await writeFile(path.join(root, 'c1', 'gymckpt.json'), '{}')
+    const err = (await checkpoint(c, {root, checkpointId: 'c1', episodes: [], timeoutS: 10}).catch((e: unknown) => e)) as ControllerError
+    expect(err).toBeInstanceOf(ControllerError)
+    expect(err).not.toBeInstanceOf(CoordinationError)
+    expect(err.code).toBe('invalid_checkpoint')
+    expect(err.message).toBe(`${path.join(root, 'c1', 'gymckpt.json')} already exists (2 bytes); a published checkpoint is never rewritten; the fleet was resumed (checkpoint 'c1' is closed for good)`)
+    expect(err.next).toEqual([])
+    expect(await phases(c.participants.map((p) => p.url))).toEqual(['idle', 'idle', 'idle', 'idle'])
+  })
+
+  it('an interrupt during the commit publishes nothing, resumes, and is interrupted', async () => {
+    const fleet = await startFleet({members: FULL})
+    const c = await coordinatorFor(fleet)
+    const root = await tempDir()
+    const abort = new AbortController()
+    fleet.server('res').faults.add('commit', {type: 'hang'})
+    const onCall = (e: CallEvent) => {
+      if (e.operation === 'commit' && e.ms === null) setImmediate(() => abort.abort())
+    }
+    const err = (await checkpoint({...c, signal: abort.signal, onCall}, {root, checkpointId: 'c1', episodes: [], timeoutS: 10}).catch((e: unknown) => e)) as ControllerError
+    expect(err.code).toBe('interrupted')
+    expect(err.message).toBe("interrupted during checkpoint 'c1'; nothing was published; the fleet was resumed (checkpoint 'c1' is closed for good)")
+    expect(await readdir(root)).toEqual(['c1'])
+    expect(await phases(c.participants.map((p) => p.url))).toEqual(['idle', 'idle', 'idle', 'idle'])
+  })
+
+  it('an interrupt while the fleet is resumed after publication: the checkpoint stands and the caller learns of the interrupt', async () => {
+    const fleet = await startFleet({members: FULL})
+    const c = await coordinatorFor(fleet)
+    const root = await tempDir()
+    const abort = new AbortController()
+    const err = (await checkpoint(
+      {...c, signal: abort.signal},
+      {root, checkpointId: 'c1', episodes: [], timeoutS: 10, onPhase: (p, s) => p === 'resume' && s === 'start' && abort.abort()},
+    ).catch((e: unknown) => e)) as ControllerError
+    expect(err.code).toBe('interrupted')
+    expect(err.message).toBe("interrupted after checkpoint 'c1' was published; the fleet was resumed")
+    expect(err.details).toEqual({checkpoint_id: 'c1', checkpoint_dir: path.join(root, 'c1'), published: true})
+    expect((await readFile(path.join(root, 'LATEST'), 'utf8')).trim()).toBe('c1')
+    expect(await phases(c.participants.map((p) => p.url))).toEqual(['idle', 'idle', 'idle', 'idle'])
+  })
+
+  it('the lease keeper logs a renewal that fails and goes on renewing', async () => {
+    const fleet = await startFleet({members: FULL})
+    const c = await coordinatorFor(fleet)
+    await prepare(c, 'c1', soon())
+    fleet.server('agent').faults.add('renew', {type: 'status', status: 500})
+    const log: string[] = []
+    const {LeaseKeeper} = await import('../../src/coordination/controller.js')
+    const {waitFor} = await import('../helpers/fleet.js')
+    const k = new LeaseKeeper(c, 'c1', 20, 100, (m) => log.push(m)).start()
+    await waitFor(() => fleet.server('agent').journal.filter((j) => j.route === 'renew').length >= 2, 5000, 'two renewals')
+    await k.stop()
+    expect(log[0]).toMatch(/^lease renewal failed: checkpoint renew failed on 1 participant\(s\): agent: HTTP 500/)
+    const renewed = fleet.server('env').journal.filter((j) => j.route === 'renew').length
+    await new Promise((r) => setTimeout(r, 60))
+    // Stopped: no renewal after stop() returned.
+    expect(fleet.server('env').journal.filter((j) => j.route === 'renew').length).toBe(renewed)
+    await resume(c, 'c1', soon())
+  })
+})
