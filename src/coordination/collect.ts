@@ -374,19 +374,27 @@ export class Collector {
     // The last prune removes partial checkpoint directories: it must be over before a new one is made.
     await this.pruning
     const t0 = Date.now()
-    try {
-      const out = await checkpoint(this.c, {root: this.opts.root, tracker: this.tracker, timeoutS: this.opts.timeoutS, collectionRunId: runId, log: this.opts.log})
+    const taken = async (id: string, what: string) => {
       await this.opts.output.sync()
       this.stats.checkpoints++
-      this.stats.lastCheckpointId = out.checkpointId
+      this.stats.lastCheckpointId = id
       this.stats.lastCheckpointAt = new Date().toISOString()
       this.stats.pausesMs.push(Date.now() - t0)
-      this.opts.log(`checkpoint ${out.checkpointId}: ${out.continued.length} continued, ${out.restarted.length} restarted (${Date.now() - t0} ms)`)
+      this.opts.log(`checkpoint ${id}: ${what} (${Date.now() - t0} ms)`)
       // Old checkpoints go while rows run on: removing hundreds of MB does not hold dispatch up.
       this.pruning = this.prune()
+    }
+    try {
+      const out = await checkpoint(this.c, {root: this.opts.root, tracker: this.tracker, timeoutS: this.opts.timeoutS, collectionRunId: runId, log: this.opts.log})
+      await taken(out.checkpointId, `${out.continued.length} continued, ${out.restarted.length} restarted`)
       return true
     } catch (err) {
       if (err instanceof ControllerError && err.code === 'interrupted') throw err
+      // Published (LATEST names it), then resuming failed somewhere: the checkpoint was taken.
+      if (err instanceof CoordinationError && err.published) {
+        await taken(err.published.checkpointId, `published, but ${err.message}`)
+        return true
+      }
       if (err instanceof ControllerError && err.code === 'not_prepared') this.stats.checkpointsMissed++
       else this.stats.checkpointsFailed++
       this.opts.log(`checkpoint not taken; the run goes on from the previous one: ${(err as Error).message}`)

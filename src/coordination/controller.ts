@@ -394,7 +394,11 @@ export async function checkpoint(c: Coordinator, opts: CheckpointOptions): Promi
     if (error instanceof ControllerError) throw new ControllerError(error.code, `${error.message}; ${after.text}`, error.details).withNext(...after.next)
     throw error
   }
-  if (!closed.resumed) throw new CoordinationError('resume', closed.failures, `checkpoint '${id}' was committed and published, but ${after.text}`).withNext(...after.next)
+  if (!closed.resumed) {
+    const err = new CoordinationError('resume', closed.failures, `checkpoint '${id}' was committed and published, but ${after.text}`).withNext(...after.next)
+    err.published = {checkpointId: id, checkpointDir: outcome.checkpointDir}
+    throw err
+  }
   // A signal that came while the fleet was being resumed: the checkpoint stands, and the caller
   // still learns it was interrupted (exit 130), as for any other phase.
   if (c.signal?.aborted) throw new ControllerError('interrupted', `interrupted after checkpoint '${id}' was published; the fleet was resumed`, {checkpoint_id: id, checkpoint_dir: outcome.checkpointDir, published: outcome.published})

@@ -59,6 +59,8 @@ export function failureMessage(f: ParticipantFailure): string {
 /** A fan-out stage in which some participants failed; every failure is kept. */
 export class CoordinationError extends ControllerError {
   readonly failures: ParticipantFailure[]
+  /** Set when the checkpoint was published before this failure (a resume that failed after it). */
+  published: {checkpointId: string; checkpointDir: string} | null = null
 
   constructor(
     readonly operation: string,

@@ -102,6 +102,8 @@ describe('collect: checkpoints while rows run', () => {
     expect(summary!.continued.length).toBeLessThanOrEqual(4)
     expect(summary!.continued.every((e) => e.attempt === 0)).toBe(true)
 
+    // LATEST moves before the fleet is resumed: crash only once that checkpoint is over.
+    await waitFor(() => stats?.checkpoints === 1, 10_000, 'the first checkpoint to end')
     await fleet.server('res2').crash()
     // A checkpoint request with nothing in flight is skipped, not failed: ask while rows run.
     await waitFor(() => (stats?.inFlight ?? 0) >= 1 && (stats?.queued ?? 0) >= 1, 10_000, 'rows in flight and queued after the crash')
@@ -114,6 +116,28 @@ describe('collect: checkpoints while rows run', () => {
     expectSameAsUninterrupted(await readOutput(w.output), reference)
     // Nothing was left closed by the failed checkpoint.
     for (const s of fleet.servers.slice(0, 4)) expect((await control(s.url, 'status')).json.phase).toBe('idle')
+  })
+
+  it('a checkpoint published whose resume then fails on one participant counts as taken, and the run goes on', async () => {
+    // A resources server that no episode calls: it can stay closed while every /run still works.
+    const fleet = await startFleet({members: [...FULL, {name: 'res2', kind: 'resources'}]})
+    const env = fleet.server('env').participant as SimEnvironment
+    env.downstream = env.downstream.filter((d) => d.name !== 'res2')
+    fleet.server('res2').faults.add('resume', {type: 'status', status: 500}, Infinity)
+    const rows = rowsOf(25)
+    const [reference, w] = await Promise.all([uninterrupted(rows), tempDir().then((d) => workdir(d, rows))])
+    const c = await coordinatorFor(fleet)
+    const {collector, logs} = await inProcess(c, fleet, w, {concurrency: 4})
+    const done = collector.run()
+    await waitFor(() => env.episodes.size >= 2, 10_000, 'episodes running')
+    collector.requestCheckpoint()
+    const out = await done
+    expect(out.checkpoints).toBe(1)
+    expect(out.checkpointsFailed + out.checkpointsMissed).toBe(0)
+    expect(await readFile(path.join(w.root, 'LATEST'), 'utf8')).toBe(out.lastCheckpointId)
+    expect(logs.find((l) => l.startsWith(`checkpoint ${out.lastCheckpointId}: published, but`))).toMatch(/res2: HTTP 500/)
+    expect(logs.some((l) => l.startsWith('checkpoint not taken'))).toBe(false)
+    expectSameAsUninterrupted(await readOutput(w.output), reference)
   })
 
   it('a checkpoint whose commit fails on one participant is not published, the fleet is resumed, and the run goes on', async () => {
