@@ -184,7 +184,7 @@ describe('gymckpt CLI (built, run as a process)', () => {
       expect(wrong.stdout).not.toContain('not-the-token')
     })
 
-    it('a server that is down (3), a bad --server (2), a bad episodes line (2), an unknown flag (2)', async () => {
+    it('a server that is down (3), a bad --server (2), a bad episodes line (2), an unknown flag (2)', {timeout: 90_000}, async () => {
       const fleet = await startFleet({members: FULL})
       const down = await cli(['discover', ...servers(fleet), '--server', 'ghost=http://127.0.0.1:1', '--json'])
       expect(down.code).toBe(3)

@@ -115,7 +115,7 @@ describe('printed next steps work when pasted', () => {
     expect(commit.json.error.next).toEqual([`gymckpt resume --id ${prep.json.checkpoint_id} --fleet ${f}`])
   })
 
-  it('restore --no-resume prints the resume line for the restore ID, which reopens the fleet', async () => {
+  it('restore --no-resume prints the resume line for the restore ID, which reopens the fleet', {timeout: 90_000}, async () => {
     const fleet = await startFleet({members: FULL})
     const f = await fleetFile(fleet)
     const root = await tempDir()
