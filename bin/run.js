@@ -16,5 +16,12 @@ if (argv.length === 1 && (argv[0] === '--version' || argv[0] === '-v')) {
   process.stdout.write(`gymckpt/${version} ${process.platform}-${process.arch} node-${process.version}\n`)
   process.exit(0)
 }
+// Node's on-disk compile cache (22.1+; what tsc and npm use): every later start skips compiling
+// oclif, zod and the commands. Best effort: a cache that cannot be written changes nothing else.
+// NODE_DISABLE_COMPILE_CACHE=1 turns it off; NODE_COMPILE_CACHE names another directory.
+const {enableCompileCache} = await import('node:module')
+try {
+  enableCompileCache?.()
+} catch {}
 const {execute} = await import('@oclif/core')
 await execute({dir: import.meta.url})
