@@ -3,7 +3,7 @@
 import {describe, expect, it} from 'vitest'
 
 import {Fleet, FleetMember} from '../../src/control-plane/fleet.js'
-import {CoordinationError} from '../../src/coordination/errors.js'
+import {ControllerError, CoordinationError} from '../../src/coordination/errors.js'
 import {
   CallEvent,
   Coordinator,
@@ -19,9 +19,12 @@ import {
   resumeAll,
   retire,
   retireEach,
+  retirePreview,
+  restartsOf,
   statusAll,
 } from '../../src/coordination/operations.js'
-import {episode} from '../../src/protocol/episode.js'
+import {Kind} from '../../src/protocol/wire.js'
+import {captureKey, episode} from '../../src/protocol/episode.js'
 import {coordinatorFor, soon, startFleet} from '../helpers/fleet.js'
 import {tempDir} from '../helpers/tmp.js'
 
@@ -111,7 +114,8 @@ describe('prepare on a fleet with several servers per kind', () => {
       ['b-model', 503],
       ['y-model', 500],
     ])
-    expect(err.message).toMatch(/resume checkpoint 'ck-3' before preparing again$/)
+    expect(err.operation).toBe('prepare')
+    expect(err.message).toMatch(/^checkpoint prepare failed on 2 participant\(s\): b-model: HTTP 503 .*\. resume checkpoint 'ck-3' before preparing again$/)
     // (A status fault answers before the request is journaled: the models do not show.)
     expect(arrivals(fleet, 'prepare').sort()).toEqual(['a-env', 'z-env'])
     for (const n of ['c-agent', 'x-agent', 'd-res', 'w-res']) expect(fleet.server(n).controlPlane!.phase, n).toBe('idle')
@@ -401,12 +405,20 @@ describe('restore cleanup', () => {
     // a-env installs, then the connection drops before its reply; b-model refuses outright.
     fresh.server('a-env').faults.add('restore', {type: 'drop-after'})
     fresh.server('b-model').faults.add('restore', {type: 'status', status: 500})
+    // c-agent's connection drops before its restore is handled: no reply, and nothing installed.
+    fresh.server('c-agent').faults.add('restore', {type: 'drop'})
     const err = (await restore(fc, 'rs-2', root, [episode('e1')], soon()).catch((e: unknown) => e)) as CoordinationError
     expect(err.failures.map((f) => [f.server, f.status])).toEqual([
       ['a-env', null],
       ['b-model', 500],
+      ['c-agent', null],
     ])
     expect(bodies(fresh, 'retire', 'a-env').map((b) => b.episode_ids)).toEqual([[{rollout_id: 'e1', attempt: 1}]])
+    // z-env replied that it installed nothing (it never held e1): its status, restored under this
+    // ID, does not override its reply. c-agent never restored: nothing to retire there.
+    expect(fresh.server('z-env').controlPlane!.phase).toBe('idle')
+    expect(bodies(fresh, 'retire', 'z-env')).toEqual([])
+    expect(bodies(fresh, 'retire', 'c-agent')).toEqual([])
     expect(bodies(fresh, 'retire', 'b-model')).toEqual([])
     expect(fresh.server('a-env').controlPlane!.phase).toBe('idle')
   })
@@ -452,5 +464,113 @@ describe('restore cleanup', () => {
     expect(arrivals(fresh, 'resume')).toEqual([])
     expect(fresh.server('a-env').controlPlane!.phase).toBe('restored')
     await resume(fc, 'rs-4', soon())
+  })
+})
+
+describe('operations: more rules', () => {
+  it('retireEach with exactly one batch per server sends one call, never an empty batch', async () => {
+    const {fleet, c} = await wide()
+    const list = Array.from({length: RETIRE_BATCH}, (_, i) => episode(`m${i}`))
+    await retireEach(c, 'ret', new Map([['b-model', list]]), soon())
+    expect(bodies(fleet, 'retire', 'b-model').map((b) => b.episode_ids.length)).toEqual([RETIRE_BATCH])
+  })
+
+  it('stages are named by their kinds, and a kind with no server is no stage', async () => {
+    const fleet = await startFleet({members: [WIDE[1]!, WIDE[3]!, WIDE[6]!]})
+    const c = await coordinatorFor(fleet)
+    const stages: unknown[] = []
+    await retire({...c, onStage: (e) => e.done || stages.push([e.stage, e.servers])}, 'r', [episode('x')], soon())
+    expect(stages).toEqual([
+      ['environment', ['a-env']],
+      ['model+resources', ['b-model', 'w-res']],
+    ])
+    expect(retirePreview(c.participants, 1, 'r').stages).toEqual([
+      {stage: 'environment', servers: ['a-env']},
+      {stage: 'model+resources', servers: ['b-model', 'w-res']},
+    ])
+  })
+
+  it('retirePreview: stages, calls per server, and who would refuse (a checkpoint open, or another ID in restored)', () => {
+    const p = (server: string, kind: Kind, status?: {phase: string; checkpoint_id: string | null}) => ({server, url: 'http://x', kind, instance: server, status})
+    const participants = [
+      p('m', 'model', {phase: 'idle', checkpoint_id: null}),
+      p('e', 'environment', {phase: 'prepared', checkpoint_id: 'c1'}),
+      p('a', 'agent', {phase: 'restored', checkpoint_id: 'rs'}),
+      p('r', 'resources', {phase: 'restored', checkpoint_id: 'other'}),
+      p('r2', 'resources', {phase: 'idle', checkpoint_id: 'stale'}),
+      p('a2', 'agent'),
+    ]
+    const out = retirePreview(participants, 2049, 'rs')
+    expect(out).toEqual({
+      stages: [
+        {stage: 'environment', servers: ['e']},
+        {stage: 'agent', servers: ['a', 'a2']},
+        {stage: 'model+resources', servers: ['m', 'r', 'r2']},
+      ],
+      calls_per_server: 3,
+      would_refuse: [
+        {server: 'e', phase: 'prepared', checkpoint_id: 'c1'},
+        {server: 'r', phase: 'restored', checkpoint_id: 'other'},
+        {server: 'r2', phase: 'idle', checkpoint_id: 'stale'},
+      ],
+    })
+    expect(retirePreview(participants, 1024, 'rs').calls_per_server).toBe(1)
+    expect(retirePreview(participants, 0, 'rs').calls_per_server).toBe(0)
+    expect(retirePreview([p('z', 'model', {phase: 'restored', checkpoint_id: 'rs'}), p('y', 'model', {phase: 'idle', checkpoint_id: null})], 1, 'rs').would_refuse).toEqual([])
+  })
+
+  it('restartsOf refuses a restart that is no capture key, naming it', () => {
+    expect(restartsOf([[captureKey(episode('a')), captureKey(episode('b', 1))], [captureKey(episode('a'))]])).toEqual([episode('a'), episode('b', 1)])
+    let err: unknown
+    try {
+      restartsOf([[captureKey(episode('a'))], ['not a key']])
+    } catch (e) {
+      err = e
+    }
+    expect(err).toBeInstanceOf(ControllerError)
+    expect((err as ControllerError).code).toBe('participant')
+    expect((err as Error).message).toMatch(/^a participant reported a restart 'not a key' that is not a valid capture key: ./)
+  })
+
+  it('a restore cleanup outlives the restore\'s own deadline: it gets 30 s more', async () => {
+    const {fleet, c} = await wide()
+    const root = await tempDir()
+    const run = fleet.run({rolloutId: 'e1', steps: 4, stepMs: 40}, 'a-env')
+    await new Promise((r) => setTimeout(r, 60))
+    await prepare(c, 'ck-w', soon())
+    await commit(c, 'ck-w', root, [episode('e1')], soon())
+    await resume(c, 'ck-w', soon())
+    await run
+    const fresh = await startFleet({members: WIDE})
+    const fc = await coordinatorFor(fresh)
+    // y-model answers only after the restore's deadline has passed (and refuses, too late): the
+    // fan-out waits for it, so the cleanup starts after that deadline.
+    fresh.server('y-model').faults.add('restore', {type: 'delay', ms: 800})
+    const logs: string[] = []
+    const err = (await restore(fc, 'rs-5', root, [episode('e1')], soon(0.4), (m) => logs.push(m)).catch((e: unknown) => e)) as CoordinationError
+    expect(err.failures.map((f) => f.server)).toEqual(['y-model'])
+    expect(logs).toEqual([])
+    expect(bodies(fresh, 'retire', 'a-env').map((b) => b.episode_ids)).toEqual([[{rollout_id: 'e1', attempt: 1}]])
+    expect(fresh.server('a-env').controlPlane!.retired.get('e1')).toBe(1)
+    for (const s of fresh.servers) expect(s.controlPlane!.phase, s.name).toBe('idle')
+  })
+
+  it('an interrupted restore cleans up and says so', async () => {
+    const {fleet, c} = await wide()
+    const root = await tempDir()
+    await prepare(c, 'ck-x', soon())
+    await commit(c, 'ck-x', root, [], soon())
+    await resume(c, 'ck-x', soon())
+    const fresh = await startFleet({members: WIDE})
+    const fc = await coordinatorFor(fresh)
+    fresh.server('d-res').faults.add('restore', {type: 'hang'})
+    const abort = new AbortController()
+    const onCall = (e: CallEvent) => {
+      if (e.operation === 'restore' && e.ms === null) setImmediate(() => abort.abort())
+    }
+    const err = (await restore({...fc, signal: abort.signal, onCall}, 'rs-6', root, [], soon()).catch((e: unknown) => e)) as ControllerError
+    expect(err.code).toBe('interrupted')
+    expect(err.message).toBe("interrupted during restore 'rs-6'; what it installed was retired and the fleet was resumed")
+    for (const s of fresh.servers) expect(bodies(fresh, 'resume', s.name).map((b) => b.checkpoint_id), s.name).toEqual(['rs-6'])
   })
 })
