@@ -556,7 +556,7 @@ describe('operations: more rules', () => {
   })
 
   it('an interrupted restore cleans up and says so', async () => {
-    const {fleet, c} = await wide()
+    const {c} = await wide()
     const root = await tempDir()
     await prepare(c, 'ck-x', soon())
     await commit(c, 'ck-x', root, [], soon())
