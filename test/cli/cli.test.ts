@@ -18,7 +18,9 @@ function noSecret(r: {stdout: string; stderr: string}): void {
   expect(r.stderr).not.toContain(TOKEN)
 }
 
-describe('gymckpt CLI (built, run as a process)', () => {
+// Each test starts up to a dozen CLI processes one after another; on 2 cores shared with the rest
+// of the suite, one can take a few seconds to start.
+describe('gymckpt CLI (built, run as a process)', {timeout: 120_000}, () => {
   it('--help documents the commands and the exit-code table', async () => {
     const r = await cli(['--help'])
     expect(r.code).toBe(0)

@@ -133,8 +133,14 @@ describe('per-participant timings', () => {
     await fleet.crash()
 
     const fresh = await startFleet({members: FULL})
-    const r = await cli(['restore', root, ...servers(fresh), '--json'])
+    // Progress on stderr (plain), the result alone on stdout.
+    const r = await cli(['restore', root, ...servers(fresh), '--json'], {env: PLAIN})
     expect(r.code, r.stderr).toBe(0)
+    expect(r.stderr).toMatch(/✔ preflight \(fresh fleet, verify the checkpoint\)/)
+    expect(r.stderr).toContain('retire the crashed attempts of restarts: not run')
+    expect(r.stderr).toMatch(/✔ restore \(\d+\.\d s\)/)
+    expect(r.stderr).toMatch(/✔ resume \(resources → agent → model → environment\)/)
+    expect(r.stderr).toContain('environment: 0/1 replied; waiting for env')
     const verify = await cli(['verify', root, '--json'])
     for (const row of r.json.timings) {
       expect(row.prepare_ms).toBeNull()
