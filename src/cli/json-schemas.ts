@@ -384,3 +384,11 @@ export function renderJsonDocs(): string {
   }
   return out.join('\n')
 }
+
+type Fields<C extends CommandName> = (typeof COMMAND_FIELDS)[C]
+/**
+ * A command's own --json fields as a type (the envelope is added by the base class): each
+ * command's run() returns it, so the compiler holds the commands to the documented contract.
+ * Import it with `import type` (no zod at run time).
+ */
+export type CommandJson<C extends CommandName> = Fields<C> extends z.ZodType ? z.infer<Fields<C>> : Fields<C> extends z.ZodRawShape ? z.infer<z.ZodObject<Fields<C>>> : never

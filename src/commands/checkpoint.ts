@@ -7,6 +7,7 @@ import {commitJson, keys, note, timingsTable, warn} from '../cli/output.js'
 import {progressMode, withProgress} from '../cli/progress.js'
 import {checkpoint} from '../coordination/controller.js'
 import {ControllerError, nextStep} from '../coordination/errors.js'
+import type {CommandJson} from '../cli/json-schemas.js'
 
 export default class Checkpoint extends BaseCommand<typeof Checkpoint> {
   static override summary = 'One-shot checkpoint: prepare, commit, publish, resume.'
@@ -27,7 +28,7 @@ is resumed before the command exits. Leases are renewed while it runs. Progress 
     'keep-closed': Flags.boolean({summary: 'When prepare misses its deadline, leave the fleet closed for inspection.'}),
   }
 
-  async run() {
+  async run(): Promise<CommandJson<'checkpoint'>> {
     const episodes = await episodeInputs(this.flags)
     if (!episodes) warn('no --episode or --episodes-file: committing without a scope; every participant exports all of its live episodes')
     const root = await this.rootDir(this.flags.root)

@@ -10,6 +10,7 @@ import {Collector, CollectOutcome, CollectStats} from '../coordination/collect.j
 import {checkRoot} from '../coordination/controller.js'
 import {ControllerError} from '../coordination/errors.js'
 import {CollectInputError, ResultsFile, acquirePidLock, readRows} from '../storage/collector.js'
+import type {CommandJson} from '../cli/json-schemas.js'
 
 export default class Collect extends BaseCommand<typeof Collect> {
   static override summary = 'Run a rollout collection with partial-rollout checkpoints, and continue it after a crash.'
@@ -49,7 +50,7 @@ as Gym's own collector lays it out, so either can resume the other's run.\n\n${f
     return true
   }
 
-  async run() {
+  async run(): Promise<CommandJson<'collect'>> {
     const f = this.flags
     let every: number | null
     try {

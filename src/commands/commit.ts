@@ -9,6 +9,7 @@ import {afterClose, checkRoot, closeCheckpoint, commitAndPublish, openCheckpoint
 import {DiscoveredParticipant} from '../coordination/discover.js'
 import {ControllerError, CoordinationError, failureMessage, nextStep} from '../coordination/errors.js'
 import {restartsOf} from '../coordination/operations.js'
+import type {CommandJson} from '../cli/json-schemas.js'
 
 export default class Commit extends BaseCommand<typeof Commit> {
   static override summary = 'Commit a prepared checkpoint into ROOT/ID and publish it.'
@@ -32,7 +33,7 @@ Episodes: one per line as r, r-a2, r@2 or {"rollout_id":"r","attempt":2}; or a J
     timeout: timeoutFlag,
   }
 
-  async run() {
+  async run(): Promise<CommandJson<'commit'>> {
     const episodes = await episodeInputs(this.flags)
     const root = await checkRoot(await this.rootDir(this.flags.root))
     // Tolerant: a member that died since prepare must not leave the others closed.

@@ -6,6 +6,7 @@ import {seconds} from '../cli/flags.js'
 import {note, table} from '../cli/output.js'
 import {conformanceJson, runConformance, selectChecks} from '../coordination/conformance.js'
 import {ControllerError} from '../coordination/errors.js'
+import type {CommandJson} from '../cli/json-schemas.js'
 
 export default class Conformance extends BaseCommand<typeof Conformance> {
   static override summary = 'Check checkpoint participants against the protocol, as csi-sanity does for CSI drivers.'
@@ -32,7 +33,7 @@ export default class Conformance extends BaseCommand<typeof Conformance> {
     timeout: seconds({summary: 'Seconds each call may take (and the deadline_ts sent).', default: 30, max: 3600}),
   }
 
-  async run() {
+  async run(): Promise<CommandJson<'conformance'>> {
     const checks = selectChecks(this.flags.only)
     if (this.flags.list) {
       if (!this.jsonEnabled()) this.log(table(checks.map((c) => ({...c})), ['id', 'section', 'destructive', 'rule']))

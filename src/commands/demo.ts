@@ -7,6 +7,7 @@ import {note} from '../cli/output.js'
 import {ControllerError} from '../coordination/errors.js'
 import {runCollectDemo} from '../demo/collect-scenario.js'
 import {runDemo} from '../demo/scenario.js'
+import type {CommandJson} from '../cli/json-schemas.js'
 
 export default class Demo extends BaseCommand<typeof Demo> {
   static override summary = 'Rehearse on the embedded fleet: checkpoint mid-flight, crash, restore, compare.'
@@ -30,7 +31,7 @@ run; it passes when the output, sorted by rollout ID, equals an uninterrupted ru
     root: Flags.string({summary: 'Checkpoint root to write (default: a new temp directory).'}),
   }
 
-  async run() {
+  async run(): Promise<CommandJson<'demo'>> {
     if (this.flags.scenario === 'collect') return this.collect()
     const r = await runDemo({
       episodes: this.flags['episode-count'],
@@ -92,7 +93,7 @@ run; it passes when the output, sorted by rollout ID, equals an uninterrupted ru
     }
     return {
       passed: r.ok,
-      scenario: 'collect',
+      scenario: 'collect' as const,
       rows: r.rows,
       checkpoint_id: r.checkpointId,
       root: r.root,

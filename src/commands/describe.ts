@@ -10,6 +10,7 @@ import {ControllerError} from '../coordination/errors.js'
 import {SAFE_ID_PATTERN, fromWire, quoteInput} from '../protocol/episode.js'
 import {describeCheckpoint, formatAge, formatBytes} from '../storage/catalog.js'
 import {CheckpointStateError} from '../storage/errors.js'
+import type {CommandJson} from '../cli/json-schemas.js'
 
 const checkpointIdArg = Args.custom<string>({
   async parse(id: string) {
@@ -36,7 +37,7 @@ export default class Describe extends BaseCommand<typeof Describe> {
     id: checkpointId({summary: 'Checkpoint ID in the root, instead of the positional (default: LATEST).'}),
   }
 
-  async run() {
+  async run(): Promise<CommandJson<'describe'>> {
     let d
     try {
       if (this.args.id !== undefined && this.flags.id !== undefined && this.args.id !== this.flags.id) throw new ControllerError('input', `two checkpoint IDs given, ${this.args.id} and --id ${this.flags.id}: pass one`)

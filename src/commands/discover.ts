@@ -1,5 +1,6 @@
 import {BaseCommand, fleetFlags, fleetExitCodes} from '../cli/base.js'
 import {note, table} from '../cli/output.js'
+import type {CommandJson} from '../cli/json-schemas.js'
 
 export default class Discover extends BaseCommand<typeof Discover> {
   static override summary = 'List the checkpoint participants of a Gym fleet.'
@@ -12,7 +13,7 @@ does a fleet without a policy model.\n\n${fleetExitCodes()}`
   ]
   static override flags = {...fleetFlags}
 
-  async run() {
+  async run(): Promise<CommandJson<'discover'>> {
     const {discovery} = await this.connect()
     const participants = discovery.participants.map((p) => ({server: p.server, kind: p.kind, instance: p.instance, url: p.url, phase: p.status.phase}))
     if (!this.jsonEnabled()) {

@@ -6,6 +6,7 @@ import {rolloutInputs} from '../cli/inputs.js'
 import {ControllerError} from '../coordination/errors.js'
 import {forget, retirePreview} from '../coordination/operations.js'
 import {note, warn} from '../cli/output.js'
+import type {CommandJson} from '../cli/json-schemas.js'
 
 export default class Forget extends BaseCommand<typeof Forget> {
   static override summary = 'Drop the retire marks of rollouts that are done for good.'
@@ -20,7 +21,7 @@ again, for every rollout retired or restored. Same order and phase rules as reti
     'dry-run': Flags.boolean({summary: 'Show the stages, servers and calls it would send, and who would refuse; send nothing but status probes.'}),
   }
 
-  async run() {
+  async run(): Promise<CommandJson<'forget'>> {
     // Every input is checked before the fleet is contacted: exit 2 means nothing was sent.
     const id = this.flags.id
     const ids = await rolloutInputs(this.flags)

@@ -8,6 +8,7 @@ import {note, table, warn} from '../cli/output.js'
 import {ControllerError} from '../coordination/errors.js'
 import {formatAge, formatBytes, listCheckpoints} from '../storage/catalog.js'
 import {CheckpointStateError} from '../storage/errors.js'
+import type {CommandJson} from '../cli/json-schemas.js'
 
 export default class List extends BaseCommand<typeof List> {
   static override summary = 'List the checkpoints in a checkpoint root, newest first.'
@@ -16,7 +17,7 @@ export default class List extends BaseCommand<typeof List> {
   static override args = {root: Args.string({description: 'Checkpoint root, the directory holding LATEST (default: --root, GYMCKPT_ROOT, or the config context).'})}
   static override flags = {root: rootFlag('Checkpoint root, instead of the positional')}
 
-  async run() {
+  async run(): Promise<CommandJson<'list'>> {
     let catalog
     try {
       catalog = await listCheckpoints(await this.rootDir(this.args.root, this.flags.root))

@@ -6,6 +6,7 @@ import {episodesJson, keys, note} from '../cli/output.js'
 import {checkRoot, prepareOrAbort} from '../coordination/controller.js'
 import {nextStep} from '../coordination/errors.js'
 import {newCheckpointId} from '../coordination/runs.js'
+import type {CommandJson} from '../cli/json-schemas.js'
 
 export default class Prepare extends BaseCommand<typeof Prepare> {
   static override summary = 'Freeze every participant at a safe boundary (environment, model, agent, resources).'
@@ -21,7 +22,7 @@ closed until 'commit' and 'resume'; leases end deadline + grace (Gym: 600 s) aft
     root: rootFlag('Checkpoint root the commit will write to; checked, and used to print the exact commit command'),
   }
 
-  async run() {
+  async run(): Promise<CommandJson<'prepare'>> {
     const root = this.flags.root ?? (await this.settings()).root?.value
     if (root) await checkRoot(root)
     const {coordinator} = await this.connect()

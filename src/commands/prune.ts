@@ -7,6 +7,7 @@ import {note, table} from '../cli/output.js'
 import {ControllerError} from '../coordination/errors.js'
 import {CheckpointStateError} from '../storage/errors.js'
 import {applyPrune, planPrune} from '../storage/prune.js'
+import type {CommandJson} from '../cli/json-schemas.js'
 
 export default class Prune extends BaseCommand<typeof Prune> {
   static override summary = 'Remove old checkpoints from a checkpoint root (a dry run unless --yes).'
@@ -24,7 +25,7 @@ with --dry-run) it removes nothing and shows what it would remove.\n\n${exitCode
     'dry-run': Flags.boolean({summary: 'Only show what would be removed (the default; for scripts that say so).', exclusive: ['yes']}),
   }
 
-  async run() {
+  async run(): Promise<CommandJson<'prune'>> {
     let plan
     try {
       plan = await planPrune(await this.rootDir(this.args.root, this.flags.root), this.flags.keep)

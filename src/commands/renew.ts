@@ -1,6 +1,7 @@
 import {checkpointId} from '../cli/flags.js'
 import {BaseCommand, fleetFlags, timeoutFlag, fleetExitCodes} from '../cli/base.js'
 import {renew} from '../coordination/operations.js'
+import type {CommandJson} from '../cli/json-schemas.js'
 
 export default class Renew extends BaseCommand<typeof Renew> {
   static override summary = 'Extend every participant\'s lease on an open checkpoint.'
@@ -9,7 +10,7 @@ never moves earlier.\n\n${fleetExitCodes('participant')}`
   static override examples = ['<%= config.bin %> renew --fleet fleet.yaml --id ckpt-20261202T120000-1a2b3c4d --timeout 900']
   static override flags = {...fleetFlags, id: checkpointId({summary: 'The open checkpoint.', required: true}), timeout: timeoutFlag}
 
-  async run() {
+  async run(): Promise<CommandJson<'renew'>> {
     const {coordinator} = await this.connect()
     const replies = await renew(coordinator, this.flags.id, Date.now() / 1000 + this.flags.timeout)
     const participants = [...replies].map(([server, r]) => ({server, lease_expires_at: r.lease_expires_at}))

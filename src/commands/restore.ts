@@ -7,6 +7,7 @@ import {progressMode, withProgress} from '../cli/progress.js'
 import {ControllerError, CoordinationError, nextStep} from '../coordination/errors.js'
 import {RestorePlan, assertRestorable, planRestore, restoreCheckpoint} from '../coordination/restore.js'
 import {nextAttempt} from '../protocol/episode.js'
+import type {CommandJson} from '../cli/json-schemas.js'
 
 export default class Restore extends BaseCommand<typeof Restore> {
   static override summary = 'Restore a published checkpoint into freshly started servers, all or nothing.'
@@ -31,7 +32,7 @@ continued episode next at attempt + 1; start restarts over from input at attempt
     timeout: timeoutFlag,
   }
 
-  async run() {
+  async run(): Promise<CommandJson<'restore'>> {
     const {coordinator} = await this.connect()
     const opts = {location: await this.rootDir(this.args.location, this.flags.root), checkpointId: this.flags.id, timeoutS: this.flags.timeout, skipVerify: this.flags['skip-verify'], keepClosed: this.flags['no-resume'], log: note}
     if (this.flags['dry-run']) {

@@ -4,6 +4,7 @@ import {note, warn} from '../cli/output.js'
 import {openCheckpoints} from '../coordination/controller.js'
 import {ControllerError, CoordinationError, failureMessage, nextStep} from '../coordination/errors.js'
 import {resumeAll} from '../coordination/operations.js'
+import type {CommandJson} from '../cli/json-schemas.js'
 
 export default class Resume extends BaseCommand<typeof Resume> {
   static override summary = 'Reopen every participant (resources, agent, model, environment), going on past failures.'
@@ -14,7 +15,7 @@ themselves when their lease expires.\n\n${fleetExitCodes('participant')}`
   static override examples = ['<%= config.bin %> resume --fleet fleet.yaml --id ckpt-20261202T120000-1a2b3c4d', '<%= config.bin %> resume --head http://head:11000']
   static override flags = {...fleetFlags, id: checkpointId({summary: 'Checkpoint or restore ID to resume.'}), timeout: timeoutFlag}
 
-  async run() {
+  async run(): Promise<CommandJson<'resume'>> {
     // A member that is down must not keep the others closed: resume whoever answers.
     const {coordinator, discovery} = await this.connect(undefined, {tolerant: true})
     const statuses = new Map(discovery.participants.map((p) => [p.server, p.status]))

@@ -6,6 +6,7 @@ import {episodeInputs} from '../cli/inputs.js'
 import {ControllerError} from '../coordination/errors.js'
 import {retire, retirePreview} from '../coordination/operations.js'
 import {note, warn} from '../cli/output.js'
+import type {CommandJson} from '../cli/json-schemas.js'
 
 export default class Retire extends BaseCommand<typeof Retire> {
   static override summary = 'Stop and free attempts everywhere, callers first; they stay refused until forget.'
@@ -21,7 +22,7 @@ a late request of a retired attempt gets 409 stale_attempt. Sent in batches of 1
     'dry-run': Flags.boolean({summary: 'Show the stages, servers and calls it would send, and who would refuse; send nothing but status probes.'}),
   }
 
-  async run() {
+  async run(): Promise<CommandJson<'retire'>> {
     // Every input is checked before the fleet is contacted: exit 2 means nothing was sent.
     const id = this.flags.id
     const episodes = (await episodeInputs(this.flags)) ?? []

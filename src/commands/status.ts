@@ -1,6 +1,7 @@
 import {BaseCommand, fleetFlags, fleetExitCodes} from '../cli/base.js'
 import {table} from '../cli/output.js'
 import {ControllerError, CoordinationError, failureMessage} from '../coordination/errors.js'
+import type {CommandJson} from '../cli/json-schemas.js'
 
 export default class Status extends BaseCommand<typeof Status> {
   static override summary = 'Show every participant\'s phase, checkpoint, lease and readiness.'
@@ -9,7 +10,7 @@ with their error, and the command then exits 3.\n\n${fleetExitCodes()}`
   static override examples = ['<%= config.bin %> status --fleet fleet.yaml', '<%= config.bin %> status --head http://head:11000 --json | jq .participants']
   static override flags = {...fleetFlags}
 
-  async run() {
+  async run(): Promise<CommandJson<'status'>> {
     const {discovery} = await this.connect(undefined, {tolerant: true})
     const participants = discovery.participants.map((p) => {
       const s = p.status

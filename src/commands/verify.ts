@@ -8,6 +8,7 @@ import {note, table} from '../cli/output.js'
 import {ControllerError} from '../coordination/errors.js'
 import {CheckpointStateError} from '../storage/errors.js'
 import {verifyCheckpoint} from '../storage/verify.js'
+import type {CommandJson} from '../cli/json-schemas.js'
 
 export default class Verify extends BaseCommand<typeof Verify> {
   static override summary = 'Check a checkpoint offline, as a restore would, without touching any server.'
@@ -24,7 +25,7 @@ for. Exit 6 on any error.\n\n${exitCodesHelp('input', 'invalid_checkpoint')}`
   static override args = {location: Args.string({description: 'Checkpoint root or checkpoint directory (default: --root, GYMCKPT_ROOT, or the config context).'})}
   static override flags = {id: checkpointId({summary: 'Checkpoint ID under the root (default: LATEST).'}), root: rootFlag('Checkpoint root, instead of the positional')}
 
-  async run() {
+  async run(): Promise<CommandJson<'verify'>> {
     let report
     try {
       report = await verifyCheckpoint(await this.rootDir(this.args.location, this.flags.root), {id: this.flags.id})

@@ -3,6 +3,7 @@ import {ENV} from '../../cli/config.js'
 import {exitCodesHelp} from '../../cli/exit-codes.js'
 import {rootFlag} from '../../cli/flags.js'
 import {table} from '../../cli/output.js'
+import type {CommandJson} from '../../cli/json-schemas.js'
 
 export default class ConfigShow extends BaseCommand<typeof ConfigShow> {
   static override summary = 'Show the fleet, root and token source every command would use, and where each comes from.'
@@ -21,7 +22,7 @@ ${exitCodesHelp('input')}`
   static override examples = ['<%= config.bin %> config show', '<%= config.bin %> config show --context staging --json']
   static override flags = {...fleetFlags, root: rootFlag()}
 
-  async run() {
+  async run(): Promise<CommandJson<'config show'>> {
     const s = await this.settings()
     const fleet = s.fleet ? Object.entries(s.fleet.value).map(([k, v]) => `${k} ${Array.isArray(v) ? v.join(',') : v}`)[0]! : null
     const tokenFrom = 'tokenFile' in s.token.value ? `file ${s.token.value.tokenFile}` : `env ${s.token.value.tokenEnv} (${process.env[s.token.value.tokenEnv] ? 'set' : 'not set'})`
