@@ -110,7 +110,11 @@ async function makeCheckpoints(into) {
   const client = new ControlClient({token: TOKEN})
   try {
     const runs = Array.from({length: 4}, (_, i) => fleet.run({rolloutId: `r${i}`, steps: 100_000, stepMs: 10}).catch(() => {}))
-    const d = await discover(client, fleet.servers.map((s) => ({name: s.name, url: s.url})), {probeTimeoutMs: 10_000})
+    const d = await discover(
+      client,
+      fleet.servers.map((s) => ({name: s.name, url: s.url})),
+      {probeTimeoutMs: 10_000},
+    )
     const episodes = Array.from({length: 4}, (_, i) => ({rolloutId: `r${i}`, attempt: 0}))
     await new Promise((r) => setTimeout(r, 200))
     for (let i = 0; i < 3; i++) await checkpoint({client, participants: d.participants}, {root: into, episodes})

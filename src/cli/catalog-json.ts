@@ -5,7 +5,20 @@ import {type Catalog, type CheckpointDescription, catalogJson, descriptionJson, 
 /** A catalog entry in the JSON contract: a checkpoint is checkpoint_id/checkpoint_dir, a count is *_count. */
 function entryContract(e: ReturnType<typeof entryJson>) {
   const {id, dir, participants, ...rest} = e
-  return {checkpoint_id: id, checkpoint_dir: dir, state: rest.state, latest: rest.latest, manifest: rest.manifest, created: rest.created, age_seconds: rest.age_seconds, size_bytes: rest.size_bytes, participant_count: participants, continued_count: rest.continued_count, restarted_count: rest.restarted_count, error: rest.error}
+  return {
+    checkpoint_id: id,
+    checkpoint_dir: dir,
+    state: rest.state,
+    latest: rest.latest,
+    manifest: rest.manifest,
+    created: rest.created,
+    age_seconds: rest.age_seconds,
+    size_bytes: rest.size_bytes,
+    participant_count: participants,
+    continued_count: rest.continued_count,
+    restarted_count: rest.restarted_count,
+    error: rest.error,
+  }
 }
 
 /** `list --json` fields; its warnings go to the envelope. */

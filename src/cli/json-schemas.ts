@@ -194,9 +194,7 @@ export const COMMAND_FIELDS = {
   describe: {
     root: z.string(),
     checkpoint: CatalogEntry,
-    manifest: z
-      .strictObject({file: z.string(), created: time().nullable(), run_id: z.string().nullable(), continued: z.array(Episode), restarted: z.array(Episode)})
-      .nullable(),
+    manifest: z.strictObject({file: z.string(), created: time().nullable(), run_id: z.string().nullable(), continued: z.array(Episode), restarted: z.array(Episode)}).nullable(),
     participants: z.array(
       z.strictObject({
         kind: z.string(),
@@ -214,9 +212,20 @@ export const COMMAND_FIELDS = {
       }),
     ),
     restores: z.array(
-      z.strictObject({restore_id: z.string(), time: time(), checkpoint_id: z.string(), checkpoint_dir: z.string(), outcome: z.enum(['restored', 'failed', 'refused']), error: z.string().nullable(), participant_count: count()}),
+      z.strictObject({
+        restore_id: z.string(),
+        time: time(),
+        checkpoint_id: z.string(),
+        checkpoint_dir: z.string(),
+        outcome: z.enum(['restored', 'failed', 'refused']),
+        error: z.string().nullable(),
+        participant_count: count(),
+      }),
     ),
-    verify: z.strictObject({valid: z.boolean(), uncovered: z.array(z.string()), problems: z.array(Problem)}).nullable().describe('with --verify'),
+    verify: z
+      .strictObject({valid: z.boolean(), uncovered: z.array(z.string()), problems: z.array(Problem)})
+      .nullable()
+      .describe('with --verify'),
   },
   'config show': {
     config_file: z.string().nullable(),

@@ -57,12 +57,29 @@ interface PhaseState {
  * Phases start on their first control call (or an explicit onPhase) and end when a later one
  * starts or the run settles.
  */
-export async function withProgress<P extends string, T>(phases: Record<P, Phase>, opts: {mode: 'tty' | 'plain' | 'off'; signal?: AbortSignal}, run: (hooks: ProgressHooks<P>) => Promise<T>): Promise<T> {
+export async function withProgress<P extends string, T>(
+  phases: Record<P, Phase>,
+  opts: {mode: 'tty' | 'plain' | 'off'; signal?: AbortSignal},
+  run: (hooks: ProgressHooks<P>) => Promise<T>,
+): Promise<T> {
   if (opts.mode === 'off') return run({onPhase: () => {}, onCall: () => {}})
   const keys = Object.keys(phases) as P[]
   const st = new Map<P, PhaseState>()
   for (const p of keys) {
-    const s: PhaseState = {started: false, end: null, interrupted: false, stage: null, pending: new Set(), total: 0, failed: [], stageFailed: [], deadlineTs: null, startedAt: 0, wake: () => {}, changed: Promise.resolve()}
+    const s: PhaseState = {
+      started: false,
+      end: null,
+      interrupted: false,
+      stage: null,
+      pending: new Set(),
+      total: 0,
+      failed: [],
+      stageFailed: [],
+      deadlineTs: null,
+      startedAt: 0,
+      wake: () => {},
+      changed: Promise.resolve(),
+    }
     rearm(s)
     st.set(p, s)
   }

@@ -26,7 +26,10 @@ describe('consistent flags (built CLI)', {timeout: 120_000}, () => {
     await writeFile(file, 'b\n')
     const both = await cli(['checkpoint', ...servers(fleet), '--root', root, '--episode', 'a', '--episodes-file', file, '--json'])
     expect(both.code, both.stderr).toBe(0)
-    expect(both.json.continued).toEqual([{rollout_id: 'a', attempt: 0}, {rollout_id: 'b', attempt: 0}])
+    expect(both.json.continued).toEqual([
+      {rollout_id: 'a', attempt: 0},
+      {rollout_id: 'b', attempt: 0},
+    ])
     const old = await cli(['checkpoint', ...servers(fleet), '--root', root, '--episodes', '-', '--json'], {input: 'c\n'})
     expect(old.code, old.stderr).toBe(0)
     expect(old.json.continued).toEqual([{rollout_id: 'c', attempt: 0}])

@@ -37,7 +37,15 @@ function parses(schema: z.ZodType, r: CliResult, what: string): void {
   expect(r.json, `${what}: stdout is one JSON document: ${r.stdout.slice(0, 400)} ${r.stderr.slice(0, 400)}`).toBeDefined()
   const p = schema.safeParse(r.json)
   if (!p.success) throw new Error(`${what}: --json does not match its documented schema: ${z.prettifyError(p.error)}\n${JSON.stringify(r.json).slice(0, 2000)}`)
-  const bad = keysOf(r.json).filter((k) => !/^[a-z0-9_]+$/.test(k.split('.').pop()!.replace(/\[\d+\]$/, '')))
+  const bad = keysOf(r.json).filter(
+    (k) =>
+      !/^[a-z0-9_]+$/.test(
+        k
+          .split('.')
+          .pop()!
+          .replace(/\[\d+\]$/, ''),
+      ),
+  )
   expect(bad, `${what}: keys that are not snake_case`).toEqual([])
 }
 
@@ -167,7 +175,11 @@ describe('the --json contract (every command, parsed with its documented schema)
 describe('the documented contract', () => {
   it('covers every command of the manifest', async () => {
     const manifest = JSON.parse(await readFile(path.join(REPO, 'oclif.manifest.json'), 'utf8')) as {commands: Record<string, unknown>}
-    expect(Object.keys(manifest.commands).map((c) => c.replace(':', ' ')).sort()).toEqual(Object.keys(COMMAND_FIELDS).sort())
+    expect(
+      Object.keys(manifest.commands)
+        .map((c) => c.replace(':', ' '))
+        .sort(),
+    ).toEqual(Object.keys(COMMAND_FIELDS).sort())
   })
 
   it("the README's JSON output section is what the schemas render", async () => {
@@ -184,7 +196,20 @@ describe('the documented contract', () => {
     expect(verify.safeParse(good).success).toBe(true)
     expect(verify.safeParse({...good, extra: 1}).success).toBe(false)
     expect(verify.safeParse({...good, continued_count: undefined, continuedCount: 0}).success).toBe(false)
-    const entry = {checkpoint_id: 'c', checkpoint_dir: '/c', state: 'published', latest: true, manifest: 'gymckpt.json', created: '2026-12-03T15:00:00.000Z', age_seconds: 1, size_bytes: 1, participant_count: 1, continued_count: 0, restarted_count: 0, error: null}
+    const entry = {
+      checkpoint_id: 'c',
+      checkpoint_dir: '/c',
+      state: 'published',
+      latest: true,
+      manifest: 'gymckpt.json',
+      created: '2026-12-03T15:00:00.000Z',
+      age_seconds: 1,
+      size_bytes: 1,
+      participant_count: 1,
+      continued_count: 0,
+      restarted_count: 0,
+      error: null,
+    }
     expect(successSchema('list').safeParse({...base, root: '/r', latest: 'c', checkpoints: [entry]}).success).toBe(true)
     expect(successSchema('list').safeParse({...base, root: '/r', latest: 'c', checkpoints: [{...entry, created: 1764774000}]}).success).toBe(false)
     expect(ErrorJson.safeParse({...base, ok: false, error: {code: 'input', exit_code: 2, message: 'm'}}).success).toBe(true)

@@ -60,10 +60,18 @@ describe('start-up: what each command loads (built CLI under a resolve hook)', {
     const root = await tempDir()
     const {cli} = await import('../helpers/cli.js')
     expect((await cli(['checkpoint', ...fleet.serverArgs().flatMap((s) => ['--server', s]), '--root', root, '--json'])).code).toBe(0)
-    for (const args of [['verify', root], ['list', root], ['prune', root, '--dry-run'], ['describe', root]]) {
+    for (const args of [
+      ['verify', root],
+      ['list', root],
+      ['prune', root, '--dry-run'],
+      ['describe', root],
+    ]) {
       const r = await packagesOf(args)
       expect(r.code, args.join(' ')).toBe(0)
-      expect(r.packages.filter((p) => p !== 'zod'), args[0]).toEqual([])
+      expect(
+        r.packages.filter((p) => p !== 'zod'),
+        args[0],
+      ).toEqual([])
     }
     const status = await packagesOf(['status', ...fleet.serverArgs().flatMap((s) => ['--server', s])])
     expect(status.code).toBe(0)
