@@ -160,7 +160,7 @@ function summaryJson(o: CollectOutcome) {
     restores: o.restores,
     restores_failed: o.restoresFailed,
     last_checkpoint_id: o.lastCheckpointId,
-    pause_ms_median: sorted.length ? sorted[Math.floor(sorted.length / 2)] : null,
+    pause_ms_median: sorted[Math.floor(sorted.length / 2)] ?? null,
     wall_ms: o.wallMs,
     failed_rows: o.failedRows,
   }
