@@ -15,9 +15,7 @@ export default class Checkpoint extends BaseCommand<typeof Checkpoint> {
 ROOT/LATEST, and resumes. Whatever fails after prepare, and on SIGINT/SIGTERM, every participant
 is resumed before the command exits. Leases are renewed while it runs.
 
-Progress (each phase's stage, the servers still pending, the time left to the deadline) goes to
-stderr on a terminal (GYMCKPT_PROGRESS=plain also elsewhere, off never); at the end a table of
-each participant's call times, records and bytes goes to stderr, and to --json as timings.\n\n${fleetExitCodes('participant', 'not_prepared', 'invalid_checkpoint', 'fleet_state')}`
+Progress (each phase's stage, the servers still pending, the time left to the deadline) goes to stderr on a terminal (GYMCKPT_PROGRESS=plain also elsewhere, off never); at the end a table of each participant's call times, records and bytes goes to stderr, and to --json as timings.\n\n${fleetExitCodes('participant', 'not_prepared', 'invalid_checkpoint', 'fleet_state')}`
   static override examples = [
     '<%= config.bin %> checkpoint --fleet fleet.yaml --root /shared/ckpt --episodes-file inflight.txt',
     '<%= config.bin %> checkpoint --head http://head:11000 --root /shared/ckpt --json',

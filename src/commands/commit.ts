@@ -21,9 +21,7 @@ succeeded. Without --episode or --episodes-file no scope is sent and each partic
 
 Episodes: one per line as r, r-a2, r@2 or {"rollout_id":"r","attempt":2}; or a JSON array.
 
-Progress (each phase's stage, the servers still pending, the time left to the deadline) goes to
-stderr on a terminal (GYMCKPT_PROGRESS=plain also elsewhere, off never); at the end a table of
-each participant's call times, records and bytes goes to stderr, and to --json as timings.\n\n${fleetExitCodes('participant', 'invalid_checkpoint', 'fleet_state')}`
+Progress (each phase's stage, the servers still pending, the time left to the deadline) goes to stderr on a terminal (GYMCKPT_PROGRESS=plain also elsewhere, off never); at the end a table of each participant's call times, records and bytes goes to stderr, and to --json as timings.\n\n${fleetExitCodes('participant', 'invalid_checkpoint', 'fleet_state')}`
   static override examples = [
     '<%= config.bin %> commit --fleet fleet.yaml --root /shared/ckpt --episodes-file inflight.txt',
     'trainer-inflight | <%= config.bin %> commit --head http://head:11000 --root /shared/ckpt --episodes-file - --json',

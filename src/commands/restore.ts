@@ -21,9 +21,7 @@ every participant is resumed, and the restore's own error is reported (exit 4). 
 continued episode next at attempt + 1; start restarts over from input at attempt + 1.
 --dry-run runs the same preflight and reports what the restore would do, exiting as it would.
 
-Progress (each phase's stage, the servers still pending, the time left to the deadline) goes to
-stderr on a terminal (GYMCKPT_PROGRESS=plain also elsewhere, off never); at the end a table of
-each participant's call times, records and bytes goes to stderr, and to --json as timings.\n\n${fleetExitCodes('participant', 'invalid_checkpoint', 'fleet_state')}`
+Progress (each phase's stage, the servers still pending, the time left to the deadline) goes to stderr on a terminal (GYMCKPT_PROGRESS=plain also elsewhere, off never); at the end a table of each participant's call times, records and bytes goes to stderr, and to --json as timings.\n\n${fleetExitCodes('participant', 'invalid_checkpoint', 'fleet_state')}`
   static override examples = ['<%= config.bin %> restore /shared/ckpt --fleet fleet.yaml', '<%= config.bin %> restore /shared/ckpt --head http://head:11000 --dry-run --json']
   static override args = {location: Args.string({description: 'Checkpoint root (LATEST is followed) or checkpoint directory (default: --root, GYMCKPT_ROOT, or the config context).'})}
   static override flags = {
