@@ -70,6 +70,11 @@ export class Notifier {
 export class RolloutMap<V> extends Map<string, V> {
   private readonly byRollout = new Map<string, Set<string>>()
 
+  /** Empty: Map's constructor would call set() before byRollout exists. */
+  constructor() {
+    super()
+  }
+
   override set(key: string, value: V): this {
     if (!super.has(key)) {
       const r = rolloutOfKey(key)

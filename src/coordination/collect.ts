@@ -1,9 +1,9 @@
-import {readFile, readdir, rm} from 'node:fs/promises'
+import {readFile, readdir, rm, stat} from 'node:fs/promises'
 import path from 'node:path'
 import {Agent, request} from 'undici'
 
 import {EpisodeId, captureKey, fromWire} from '../protocol/episode.js'
-import {COLLECTION_MANIFEST, CollectInputError, DispatchLog, ResultsFile, Row, acquirePidLock, newRunId, readDispatchLog} from '../storage/collector.js'
+import {COLLECTION_MANIFEST, CollectInputError, DispatchLog, PID_FILE, ResultsFile, Row, acquirePidLock, newRunId, readDispatchLog} from '../storage/collector.js'
 import {applyPrune, planPrune} from '../storage/prune.js'
 import {readCheckpointSummary, readLatest} from '../storage/root.js'
 import {Log, checkpoint} from './controller.js'
@@ -374,8 +374,9 @@ export class Collector {
     // The last prune removes partial checkpoint directories: it must be over before a new one is made.
     await this.pruning
     const t0 = Date.now()
+    // Once LATEST names it, the checkpoint is taken, whatever fails after.
     const taken = async (id: string, what: string) => {
-      await this.opts.output.sync()
+      await this.opts.output.sync().catch((err: Error) => this.opts.log(`syncing ${this.opts.output.file} after checkpoint ${id} failed: ${err.message}`))
       this.stats.checkpoints++
       this.stats.lastCheckpointId = id
       this.stats.lastCheckpointAt = new Date().toISOString()
@@ -410,8 +411,13 @@ export class Collector {
       await applyPrune(await planPrune(this.opts.root, KEEP_CHECKPOINTS))
       // Leftover temp files of an interrupted atomic write (ours or Gym's collector's), as Gym's
       // collector removes them: this collector holds the root, so none of them is in use.
+      // A fresh collector.pid temp is another collector starting on this root: it must be told the
+      // root is held, not fail on its vanished temp file. Only a minute-old one is a leftover.
       for (const name of await readdir(this.opts.root)) {
-        if (/^\.[^/]+\.[0-9a-f]{8}$/.test(name)) await rm(path.join(this.opts.root, name), {force: true})
+        if (!/^\.[^/]+\.[0-9a-f]{8}$/.test(name)) continue
+        const file = path.join(this.opts.root, name)
+        if (name.startsWith(`.${PID_FILE}.`) && Date.now() - (await stat(file).catch(() => ({mtimeMs: 0}))).mtimeMs < 60_000) continue
+        await rm(file, {force: true})
       }
     } catch (err) {
       this.opts.log(`prune of ${this.opts.root} failed: ${(err as Error).message}`)

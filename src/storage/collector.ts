@@ -1,5 +1,5 @@
 import {randomBytes} from 'node:crypto'
-import {FileHandle, link, open, readFile, rename, truncate, unlink} from 'node:fs/promises'
+import {FileHandle, mkdir, open, readFile, rename, rmdir, truncate, unlink} from 'node:fs/promises'
 import path from 'node:path'
 import {isUtf8} from 'node:buffer'
 
@@ -247,33 +247,42 @@ function alive(pid: number): boolean {
 /**
  * Takes `<root>/collector.pid`; refuses while another live collector holds it (this process may
  * take it again). Atomic: the file is created with a hard link, which never replaces a name, so of
- * collectors starting at once exactly one wins. A stale file (a dead pid, or garbage) is first
- * moved aside under a name of its own, then checked: if what was moved is not the stale file
- * (another collector replaced it in between), it is put back and that collector wins.
+ * collectors starting at once exactly one wins. A stale file (a dead pid, or garbage) is removed
+ * only under `collector.pid.takeover` (a directory: mkdir is atomic), and only if it still holds
+ * what was read as stale, so a live collector's file is never removed.
  */
 export async function acquirePidLock(root: string): Promise<() => Promise<void>> {
   const file = path.join(root, PID_FILE)
+  const takeover = `${file}.takeover`
   const mine = String(process.pid)
+  const read = () =>
+    readFile(file, 'utf8').catch((err: unknown) => {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null
+      throw new CollectInputError(`cannot read ${file}: ${describeFsError(err)}`)
+    })
   for (let tries = 0; ; tries++) {
+    if (tries >= 100) throw new CollectInputError(`cannot take ${file}: it keeps changing, or another collector is taking it over (remove ${takeover} if no collector is starting)`)
     if (await createExclusive(file, mine)) break
-    const text = await readFile(file, 'utf8').catch(() => null)
+    const text = await read()
     if (text === null) continue
     const pid = Number(text.trim())
     if (Number.isInteger(pid) && pid > 0 && alive(pid)) {
       if (pid === process.pid) break
       throw new CollectInputError(`another collector (pid ${pid}) holds ${root}: stop it first, or remove ${file} if that process is not a collector`)
     }
-    if (tries >= 8) throw new CollectInputError(`cannot take ${file}: other collectors keep replacing it`)
-    const aside = tempName(root, `${PID_FILE}.stale`)
     try {
-      await rename(file, aside)
+      await mkdir(takeover)
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT') continue
-      throw err
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err
+      // Another collector is removing the stale file: wait for it, then try again.
+      await new Promise((r) => setTimeout(r, 20))
+      continue
     }
-    const moved = await readFile(aside, 'utf8').catch(() => null)
-    if (moved !== text) await link(aside, file).catch(() => {})
-    await unlink(aside).catch(() => {})
+    try {
+      if ((await read()) === text) await unlink(file)
+    } finally {
+      await rmdir(takeover).catch(() => {})
+    }
   }
   return async () => {
     const now = await readFile(file, 'utf8').catch(() => null)

@@ -132,9 +132,12 @@ async function readAll(dirs: DirJob[], concurrency: number, minBytes: number, ea
         const reply = await new Promise<{ok: boolean; stateError?: boolean; message?: string} & Partial<DirResult>>((resolve, reject) => {
           w.once('message', resolve)
           w.once('error', reject)
+          // A worker that exits without an error event (killed, out of memory) must not hang this.
+          w.once('exit', (code) => reject(new Error(`verify worker exited (code ${code}) while verifying ${dirs[i]!.dir}`)))
           w.postMessage({id: i, ...dirs[i]!})
         })
         w.removeAllListeners('error')
+        w.removeAllListeners('exit')
         if (reply.ok) each(i, reply as DirResult)
         else if (reply.stateError) each(i, new CheckpointStateError(reply.message!))
         else throw new Error(reply.message)
@@ -144,9 +147,13 @@ async function readAll(dirs: DirJob[], concurrency: number, minBytes: number, ea
     }
   }
   const running = Array.from({length: workers}, () => runWorker(take()))
-  running.push(runInline())
-  // The first failure (a worker that died, an I/O error) stops every thread taking more work.
-  await Promise.all(running.map((p) => p.catch((err: unknown) => ((failed = true), Promise.reject(err)))))
+  // Without workers, directories are still read several at once: their I/O overlaps.
+  for (let k = workers ? 1 : Math.max(1, threads); k > 0; k--) running.push(runInline())
+  // The first failure (a worker that died, an I/O error) stops every thread taking more work, and
+  // is raised once every thread has stopped: nothing changes the results after this returns.
+  const settled = await Promise.allSettled(running.map((p) => p.catch((err: unknown) => ((failed = true), Promise.reject(err)))))
+  const first = settled.find((r) => r.status === 'rejected')
+  if (first) throw (first as PromiseRejectedResult).reason
 }
 
 /**

@@ -124,12 +124,14 @@ describe('collect: checkpoints while rows run', () => {
     const env = fleet.server('env').participant as SimEnvironment
     env.downstream = env.downstream.filter((d) => d.name !== 'res2')
     fleet.server('res2').faults.add('resume', {type: 'status', status: 500}, Infinity)
-    const rows = rowsOf(25)
+    const rows = rowsOf(60)
     const [reference, w] = await Promise.all([uninterrupted(rows), tempDir().then((d) => workdir(d, rows))])
     const c = await coordinatorFor(fleet)
-    const {collector, logs} = await inProcess(c, fleet, w, {concurrency: 4})
+    let stats: CollectStats | undefined
+    const {collector, logs} = await inProcess(c, fleet, w, {concurrency: 4, onProgress: (s) => (stats = s)})
     const done = collector.run()
-    await waitFor(() => env.episodes.size >= 2, 10_000, 'episodes running')
+    // A request with nothing in flight is skipped: ask while rows run and more wait.
+    await waitFor(() => (stats?.inFlight ?? 0) >= 2 && (stats?.queued ?? 0) >= 1, 10_000, 'rows in flight and queued')
     collector.requestCheckpoint()
     const out = await done
     expect(out.checkpoints).toBe(1)
@@ -276,6 +278,8 @@ describe('collect: checkpoints while rows run', () => {
       await utimes(path.join(w.root, d), old, old)
     }
     await writeFile(path.join(w.root, 'notes.txt'), 'mine')
+    // Fresh: the temp file of another collector starting on this root, which must learn the root is held.
+    await writeFile(path.join(w.root, '.collector.pid.0fee1e55'), '4242')
     const {collector} = await inProcess(await coordinatorFor(fleet), fleet, w, {concurrency: 3})
     const done = collector.run()
     await waitFor(() => env.episodes.size >= 2, 10_000, 'episodes running')
@@ -285,6 +289,7 @@ describe('collect: checkpoints while rows run', () => {
     const left = await readdir(w.root)
     expect(left).not.toContain(path.basename(partial))
     expect(left).toContain('notes.txt')
+    expect(left).toContain('.collector.pid.0fee1e55')
     expect(left.filter((n) => dots.includes(n)), 'leftover dot files').toEqual([])
   })
 

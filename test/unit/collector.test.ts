@@ -1,5 +1,5 @@
 import {spawn} from 'node:child_process'
-import {readFile, readdir, writeFile} from 'node:fs/promises'
+import {mkdir, readFile, readdir, writeFile} from 'node:fs/promises'
 import path from 'node:path'
 import {pathToFileURL} from 'node:url'
 
@@ -184,36 +184,61 @@ describe('collector.pid', () => {
     return spawn(process.execPath, ['-e', 'setTimeout(() => {}, 20000)'], {stdio: 'ignore'})
   }
 
-  it('of collectors starting at once on one root, exactly one takes it, over a stale file too', {timeout: 60_000}, async () => {
+  it('of collectors starting at once on one root, exactly one takes it, over a stale file too', {timeout: 120_000}, async () => {
     const src = pathToFileURL(path.resolve('src/storage/collector.ts')).href
+    // Each child says ready once loaded, takes the lock when the parent says go, and holds it
+    // (alive) until the parent closes its stdin: every one tries while the others are alive.
     const code = `
       const {acquirePidLock} = await import(${JSON.stringify(src)})
-      const start = Number(process.argv[1])
-      await new Promise((r) => setTimeout(r, Math.max(0, start - Date.now())))
-      const won = await acquirePidLock(process.argv[2]).then(() => 'won', (e) => 'refused: ' + e.message)
+      const {createInterface} = await import('node:readline')
+      const lines = createInterface({input: process.stdin})[Symbol.asyncIterator]()
+      console.log('ready')
+      await lines.next()
+      const won = await acquirePidLock(process.argv[1]).then(() => 'won', (e) => 'refused: ' + e.message)
       console.log(won)
-      // Held (alive) until every other one has tried.
-      await new Promise((r) => setTimeout(r, 1500))`
-    for (const stale of [null, '999999999']) {
+      await lines.next()`
+    const N = 8
+    for (const stale of [null, '999999999', '999999999', 'garbage']) {
       const root = await tempDir()
       if (stale) await writeFile(path.join(root, PID_FILE), stale)
-      // Everyone is started first (tsx compiles), then all try at the same instant.
-      const start = Date.now() + 4000
-      const outs = await Promise.all(
-        Array.from({length: 5}, () => {
-          const p = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', code, String(start), root], {stdio: ['ignore', 'pipe', 'inherit']})
-          let out = ''
-          p.stdout!.on('data', (d: Buffer) => (out += d.toString()))
-          return new Promise<{pid: number; out: string}>((resolve) => p.once('exit', () => resolve({pid: p.pid!, out: out.trim()})))
-        }),
-      )
+      const kids = Array.from({length: N}, () => {
+        const p = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', code, root], {stdio: ['pipe', 'pipe', 'inherit']})
+        const out: string[] = []
+        let wake = () => {}
+        p.stdout!.setEncoding('utf8')
+        p.stdout!.on('data', (d: string) => {
+          out.push(...d.split('\n').filter(Boolean))
+          wake()
+        })
+        const next = async (n: number) => {
+          while (out.length < n) await new Promise<void>((r) => (wake = r))
+          return out[n - 1]!
+        }
+        return {p, next, exited: new Promise((r) => p.once('exit', r))}
+      })
+      for (const k of kids) expect(await k.next(1)).toBe('ready')
+      for (const k of kids) k.p.stdin!.write('go\n')
+      const outs = await Promise.all(kids.map(async (k) => ({pid: k.p.pid!, out: await k.next(2)})))
       const winners = outs.filter((o) => o.out === 'won')
       expect(winners, JSON.stringify(outs)).toHaveLength(1)
       for (const o of outs.filter((x) => x !== winners[0])) expect(o.out).toMatch(/^refused: another collector \(pid \d+\) holds/)
       expect(await readFile(path.join(root, PID_FILE), 'utf8')).toBe(String(winners[0]!.pid))
-      // Nothing moved aside is left behind.
-      expect((await readdir(root)).sort()).toEqual([PID_FILE])
+      // No takeover directory or temp file is left behind.
+      expect(await readdir(root)).toEqual([PID_FILE])
+      for (const k of kids) k.p.stdin!.end()
+      await Promise.all(kids.map((k) => k.exited))
     }
+  })
+
+  it('a collector.pid that cannot be read is an error naming it, not a loop', async () => {
+    const root = await tempDir()
+    await mkdir(path.join(root, PID_FILE))
+    const err = await acquirePidLock(root).then(
+      () => null,
+      (e: unknown) => e,
+    )
+    expect(err).toBeInstanceOf(CollectInputError)
+    expect((err as Error).message).toContain(`cannot read ${path.join(root, PID_FILE)}`)
   })
 
   it('a live process refuses the root; a dead one, or garbage, is taken over; release removes only our own', async () => {

@@ -30,6 +30,8 @@ appendFileSync(${JSON.stringify(startLog)}, 'start\\n')
 // A directory named "crash" kills its worker, as an out-of-memory or a native fault would.
 parentPort.on('message', (job) => {
   if (job.instance === 'crash') throw new Error('worker crashed')
+  // "exit" ends its worker without an error event, as a kill would.
+  if (job.instance === 'exit') process.exit(3)
 })
 register()
 await import('./verify-worker.ts')
@@ -125,5 +127,7 @@ describe('verify in worker threads, in process', () => {
     // Workers take the first directories: the worker gets 'crash', this thread 'fine'.
     const {root} = await make(['crash', 'fine'])
     await expect(threaded.verifyCheckpoint(root, {concurrency: 2, workerMinBytes: 0})).rejects.toThrow('worker crashed')
+    const quiet = await make(['exit', 'fine'])
+    await expect(threaded.verifyCheckpoint(quiet.root, {concurrency: 2, workerMinBytes: 0})).rejects.toThrow(/verify worker exited \(code 3\) while verifying .*exit$/)
   })
 })
