@@ -35,6 +35,8 @@ e.g. policy_model:commit:status:500 or weather_env:prepare:hang.\n\n${exitCodesH
   }
 
   async run() {
+    // SIGINT/SIGTERM handled from the start: one that comes while the fleet starts stops it cleanly too.
+    const signal = this.signal
     const members: FleetMember[] = this.flags.member?.length
       ? this.flags.member.map((m) => {
           const [name, kind] = m.split('=')
@@ -75,7 +77,8 @@ e.g. policy_model:commit:status:500 or weather_env:prepare:hang.\n\n${exitCodesH
           .catch((err: Error) => note(`ep-${i}: ${err.message}`))
       }
       await new Promise<void>((resolve) => {
-        this.signal.addEventListener('abort', () => resolve(), {once: true})
+        if (signal.aborted) resolve()
+        else signal.addEventListener('abort', () => resolve(), {once: true})
       })
     } finally {
       await fleet.close()
