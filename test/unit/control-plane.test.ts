@@ -23,11 +23,18 @@ describe('ControlPlane fence', () => {
     const cp = new ControlPlane(p, {})
     p.attach(cp)
     let release!: () => void
-    p.deleteRestored = () => new Promise<void>((r) => (release = r))
+    let called!: () => void
+    const deleting = new Promise<void>((r) => (called = r))
+    p.deleteRestored = () => {
+      called()
+      return new Promise<void>((r) => (release = r))
+    }
     p.sessions.set('x-a1', {ep: {rolloutId: 'x', attempt: 1}, chain: 'c', calls: 0, restart: false, restored: true})
     await cp.prepare({checkpoint_id: 'c', deadline_ts: soon()})
     const dir = (await import('node:os')).tmpdir() + `/gymckpt-cp-${process.pid}-${Date.now()}`
-    const commit = cp.commit({checkpoint_id: 'c', deadline_ts: Date.now() / 1000 + 0.3, checkpoint_dir: dir, episode_ids: []})
+    // A deadline long enough to reach the deletion even on a loaded machine, where it then hangs.
+    const commit = cp.commit({checkpoint_id: 'c', deadline_ts: Date.now() / 1000 + 3, checkpoint_dir: dir, episode_ids: []})
+    await deleting
     await expect(commit).rejects.toMatchObject({code: 'deadline_exceeded'})
     await expect(cp.resume({checkpoint_id: 'c', deadline_ts: Date.now() / 1000 + 0.1})).rejects.toMatchObject({code: 'deadline_exceeded'})
     expect(cp.phase).toBe('prepared')
