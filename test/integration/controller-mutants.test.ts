@@ -293,6 +293,7 @@ describe('checkpoint', () => {
     expect(err).toBeInstanceOf(CoordinationError)
     expect(err.operation).toBe('resume')
     expect(err.message).toMatch(/\. checkpoint 'c1' was committed and published, but resuming 'c1' failed on agent /)
+    expect(err.published).toEqual({checkpointId: 'c1', checkpointDir: path.join(root, 'c1')})
     expect(err.next).toEqual([nextStep('resume', ['--id', 'c1'])])
     expect(seen.slice(-2)).toEqual(['resume:start', 'resume:failed'])
     expect((await readFile(path.join(root, 'LATEST'), 'utf8')).trim()).toBe('c1')
