@@ -139,6 +139,8 @@ export function openCheckpoints(statuses: Map<string, StatusReply>, except?: str
  */
 export async function preparePreflight(c: Coordinator, id: string): Promise<void> {
   const {statuses, failures} = await statusAll(c)
+  // An interrupt cuts the status calls short: that is the interrupt, not an unreachable fleet.
+  if (c.signal?.aborted) throw new ControllerError('interrupted', `interrupted before checkpoint '${id}' was prepared; nothing was sent`)
   if (failures.length) throw new CoordinationError('discover', failures, `every participant must answer before checkpoint '${id}' is prepared; nothing was sent`)
   const open = openCheckpoints(statuses, id)
   if (open.size === 0) return

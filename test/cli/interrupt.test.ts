@@ -1,0 +1,31 @@
+// SIGINT while checkpoint's preflight waits on a participant's status: the interrupt is reported
+// (exit 130, nothing sent), not an unreachable fleet (exit 3). The full suite found it: an abort
+// that landed during the preflight was reported as a discovery failure.
+import {describe, expect, it} from 'vitest'
+
+import type {Fault} from '../../src/control-plane/faults.js'
+import {cli} from '../helpers/cli.js'
+import {FULL, control, startFleet, waitFor} from '../helpers/fleet.js'
+import {tempDir} from '../helpers/tmp.js'
+
+describe('an interrupt during the preflight', {timeout: 60_000}, () => {
+  it('checkpoint: SIGINT while a status call of the preflight hangs exits 130 as interrupted, nothing prepared', async () => {
+    const fleet = await startFleet({members: FULL})
+    const res = fleet.server('res')
+    // Discovery's status call is answered; the preflight's (the second) hangs.
+    let calls = 0
+    const take = res.faults.take.bind(res.faults)
+    res.faults.take = (route: string): Fault | undefined => (route === 'status' && ++calls === 2 ? {type: 'hang'} : take(route))
+    let proc: ReturnType<typeof import('node:child_process').spawn> | undefined
+    const run = cli(['checkpoint', ...fleet.serverArgs().flatMap((s) => ['--server', s]), '--root', await tempDir(), '--json'], {onSpawn: (p) => (proc = p)})
+    await waitFor(() => calls >= 2, 30_000, 'the preflight status call')
+    proc!.kill('SIGINT')
+    const r = await run
+    expect(r.code, r.stdout).toBe(130)
+    expect(r.json.error).toMatchObject({code: 'interrupted', message: expect.stringContaining('nothing was sent')})
+    for (const s of fleet.servers.filter((x) => x.name !== 'judge')) {
+      expect(s.journal.map((j) => j.route).filter((x) => x !== 'status')).toEqual([])
+      expect((await control(s.url, 'status')).json.phase).toBe('idle')
+    }
+  })
+})
