@@ -13,10 +13,10 @@ import {seconds} from './flags.js'
 import {DEFAULT_TOKEN_ENV, readToken} from './inputs.js'
 import {FleetFlagValues, renderNext} from './next.js'
 import {warnings} from './output.js'
+import {JSON_SCHEMA_VERSION} from './json-version.js'
 import type {Settings, SettingsInput} from './config.js'
 
-/** The version of every command's --json document (the envelope and each command's fields). */
-export const JSON_SCHEMA_VERSION = 1
+export {JSON_SCHEMA_VERSION}
 
 export type BaseFlags<T extends typeof Command> = Interfaces.InferredFlags<(typeof BaseCommand)['baseFlags'] & T['flags']>
 export type BaseArgs<T extends typeof Command> = Interfaces.InferredArgs<T['args']>

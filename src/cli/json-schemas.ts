@@ -7,8 +7,9 @@
 import {z} from 'zod'
 
 import {EXIT} from './exit-codes.js'
+import {JSON_SCHEMA_VERSION} from './json-version.js'
 
-export const SCHEMA_VERSION = 1
+export const SCHEMA_VERSION = JSON_SCHEMA_VERSION
 
 const int = () => z.number().int()
 const count = () => z.number().int().min(0)
