@@ -1,3 +1,5 @@
+import {existsSync} from 'node:fs'
+
 import {Args, Flags} from '@oclif/core'
 import color from 'ansis'
 
@@ -12,10 +14,14 @@ import {describeCheckpoint, formatAge, formatBytes} from '../storage/catalog.js'
 import {CheckpointStateError} from '../storage/errors.js'
 import type {CommandJson} from '../cli/json-schemas.js'
 
+function validId(id: string): string {
+  if (!SAFE_ID_PATTERN.test(id) || id.length > 128) throw new ControllerError('input', `ID ${quoteInput(id)}: a checkpoint ID is 1 to 128 characters matching ^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+  return id
+}
+
 const checkpointIdArg = Args.custom<string>({
   async parse(id: string) {
-    if (!SAFE_ID_PATTERN.test(id) || id.length > 128) throw new ControllerError('input', `ID ${quoteInput(id)}: a checkpoint ID is 1 to 128 characters matching ^[A-Za-z0-9][A-Za-z0-9._-]*$`)
-    return id
+    return validId(id)
   },
 })
 
@@ -40,8 +46,14 @@ export default class Describe extends BaseCommand<typeof Describe> {
   async run(): Promise<CommandJson<'describe'>> {
     let d
     try {
-      if (this.args.id !== undefined && this.flags.id !== undefined && this.args.id !== this.flags.id) throw new ControllerError('input', `two checkpoint IDs given, ${this.args.id} and --id ${this.flags.id}: pass one`)
-      d = await describeCheckpoint(await this.rootDir(this.args.root, this.flags.root), this.args.id ?? this.flags.id, {verify: this.flags.verify})
+      let [rootArg, idArg] = [this.args.root, this.args.id]
+      // One positional that is an ID and no path, with the root given otherwise (--root,
+      // GYMCKPT_ROOT, the config context): `describe --root R ID`.
+      if (rootArg !== undefined && idArg === undefined && rootArg !== this.flags.root && SAFE_ID_PATTERN.test(rootArg) && !existsSync(rootArg)) {
+        if (this.flags.root !== undefined || (await this.settings()).root !== null) [rootArg, idArg] = [undefined, validId(rootArg)]
+      }
+      if (idArg !== undefined && this.flags.id !== undefined && idArg !== this.flags.id) throw new ControllerError('input', `two checkpoint IDs given, ${idArg} and --id ${this.flags.id}: pass one`)
+      d = await describeCheckpoint(await this.rootDir(rootArg, this.flags.root), idArg ?? this.flags.id, {verify: this.flags.verify})
     } catch (err) {
       if (err instanceof CheckpointStateError) throw new ControllerError('invalid_checkpoint', err.message)
       throw err

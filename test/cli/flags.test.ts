@@ -91,6 +91,11 @@ describe('consistent flags (built CLI)', {timeout: 120_000}, () => {
     const ids = (await cli(['list', root, '--json'])).json.checkpoints.map((c: {checkpoint_id: string}) => c.checkpoint_id)
     const byFlag = await cli(['describe', root, '--id', ids[2], '--json'])
     expect(byFlag.json.checkpoint.checkpoint_id).toBe(ids[2])
+    // The root given otherwise: the one positional is the ID.
+    for (const r of [await cli(['describe', '--root', root, ids[1], '--json']), await cli(['describe', ids[1], '--json'], {env: {GYMCKPT_ROOT: root}})]) {
+      expect(r.code, r.stderr).toBe(0)
+      expect(r.json.checkpoint.checkpoint_id).toBe(ids[1])
+    }
     const twoIds = await cli(['describe', root, ids[1], '--id', ids[2]])
     expect(twoIds.code).toBe(2)
     expect(twoIds.stderr).toContain('two checkpoint IDs given')
