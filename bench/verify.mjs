@@ -23,7 +23,7 @@ import {arg, have, load, machine, mb, median, ratio, run, secs, table, warm} fro
 
 const {writeParticipantState} = await loadDist('storage/participant-store.js')
 const {pyDumpsBuffer, pyDumpsView} = await loadDist('storage/pyjson.js')
-const {FORMAT_VERSION, publishLatest, writeControllerManifest} = await loadDist('storage/root.js')
+const {FORMAT_VERSION, writeControllerManifest} = await loadDist('storage/root.js')
 
 const RUNS = arg('runs', 5)
 const CORES = os.availableParallelism()

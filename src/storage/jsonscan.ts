@@ -91,7 +91,7 @@ export class JsonScanner {
     let s = this.s
     let depth = this.depth
     let stack = this.stack
-    let c = 0
+    let c: number
     const dv = new DataView(b.buffer, b.byteOffset, b.byteLength)
     for (;;) {
       if (this.inString) {

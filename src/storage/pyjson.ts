@@ -475,7 +475,7 @@ class Parser {
     let out = ''
     for (;;) {
       // Copy whole runs up to the next quote or backslash.
-      let q = s.indexOf('"', i)
+      const q = s.indexOf('"', i)
       if (q < 0) this.fail('unterminated string')
       const bs = s.indexOf('\\', i)
       const end = bs >= 0 && bs < q ? bs : q
@@ -514,7 +514,6 @@ class Parser {
           this.i = bs + 1
           this.fail('invalid escape')
       }
-      q = 0
     }
   }
 
