@@ -200,16 +200,30 @@ if (role === 'fleet') {
       return [`  checkpoint ${k.replace('_', ' ')}, median / p99`, `${ms(pct(xs, 50))} / ${ms(pct(xs, 99))}`, '-', '']
     }),
     ['share of wall dispatch was blocked', `${((100 * on.reduce((a, x) => a + x.segments_ms.reduce((b, g) => b + g.blocked, 0), 0)) / on.reduce((a, x) => a + x.wall_ms, 0)).toFixed(1)}%`, '-', ''],
-    ['peak RSS, controller', mb(Math.max(...on.map((x) => x.peak_rss_kb))), mb(Math.max(...off.map((x) => x.peak_rss_kb))), (Math.max(...on.map((x) => x.peak_rss_kb)) / Math.max(...off.map((x) => x.peak_rss_kb))).toFixed(2)],
+    [
+      'peak RSS, controller',
+      mb(Math.max(...on.map((x) => x.peak_rss_kb))),
+      mb(Math.max(...off.map((x) => x.peak_rss_kb))),
+      (Math.max(...on.map((x) => x.peak_rss_kb)) / Math.max(...off.map((x) => x.peak_rss_kb))).toFixed(2),
+    ],
     ['peak RSS, fleet process', mb(Math.max(...on.map((x) => x.fleet_rss_kb))), mb(Math.max(...off.map((x) => x.fleet_rss_kb))), ''],
   ]
   const w = rows[0].map((_, c) => Math.max(...rows.map((r) => String(r[c]).length)))
-  console.log(`\ncollect: ${ROWS} rows × ${STEPS} steps of ${STEP_MS} ms at concurrency ${CONCURRENCY}, ${ROUNDS} round(s) of each; fleet and controller each in their own process on 127.0.0.1; ${machine()}; load average ${loadBefore} before, ${loadavg()} after`)
+  console.log(
+    `\ncollect: ${ROWS} rows × ${STEPS} steps of ${STEP_MS} ms at concurrency ${CONCURRENCY}, ${ROUNDS} round(s) of each; fleet and controller each in their own process on 127.0.0.1; ${machine()}; load average ${loadBefore} before, ${loadavg()} after`,
+  )
   for (const [i, r] of rows.entries()) {
-    console.log(r.map((v, c) => String(v).padEnd(w[c])).join('  ').trimEnd())
+    console.log(
+      r
+        .map((v, c) => String(v).padEnd(w[c]))
+        .join('  ')
+        .trimEnd(),
+    )
     if (i === 0) console.log(w.map((n) => '-'.repeat(n)).join('  '))
   }
   const cost = (1 - ratio) * 100
   console.log(`checkpointing costs ${cost.toFixed(1)}% throughput (goal: under 10%): ${cost < 10 ? 'met' : 'MISSED'}`)
-  console.log(JSON.stringify({bench: 'collect', rows: ROWS, concurrency: CONCURRENCY, every_s: EVERY_S, rounds: ROUNDS, on, off}, (k, v) => (typeof v === 'number' && k !== 'rows_per_s' ? Math.round(v) : v)))
+  console.log(
+    JSON.stringify({bench: 'collect', rows: ROWS, concurrency: CONCURRENCY, every_s: EVERY_S, rounds: ROUNDS, on, off}, (k, v) => (typeof v === 'number' && k !== 'rows_per_s' ? Math.round(v) : v)),
+  )
 }

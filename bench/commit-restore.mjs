@@ -24,7 +24,11 @@ if (!PY) console.error('python3 not found: the Python baseline is skipped')
 
 const root = await mkdtemp(path.join(os.tmpdir(), 'gymckpt-bench-store-'))
 const agentDir = (d) => path.join(d, 'gym', 'agent', 'agent')
-const recordsFile = (d) => path.join(agentDir(d), readdirSync(agentDir(d)).find((f) => f.startsWith('records-')))
+const recordsFile = (d) =>
+  path.join(
+    agentDir(d),
+    readdirSync(agentDir(d)).find((f) => f.startsWith('records-')),
+  )
 const node = (...args) => run(NODE[0], [...NODE.slice(1), ...args], {json: true})
 const py = (...args) => (PY ? run(PY, [here('./baseline_store.py'), ...args], {json: true}) : null)
 const same = (what, a, b) => {
@@ -34,7 +38,13 @@ const same = (what, a, b) => {
 // The scope of the partial restore: every (100 / SCOPE_PCT)th episode.
 const scopeFile = path.join(root, 'scope.txt')
 const every = Math.max(1, Math.round(100 / SCOPE_PCT))
-writeFileSync(scopeFile, Array.from({length: N}, (_, i) => i).filter((i) => i % every === 0).map((i) => `r${i}\n`).join(''))
+writeFileSync(
+  scopeFile,
+  Array.from({length: N}, (_, i) => i)
+    .filter((i) => i % every === 0)
+    .map((i) => `r${i}\n`)
+    .join(''),
+)
 
 const m = {gymCommit: [], pyCommit: [], gymRestoredCommit: [], gymRestoreAll: [], pyRestoreAll: [], gymRestoreScope: [], pyScopeLineStart: [], pyScopeDecodeAll: []}
 const rss = {}
@@ -94,15 +104,30 @@ try {
 
 const row = (name, g, b, bName, goal, gRss, bRss) => {
   const q = b.length ? ratio(g, b) : null
-  return [name, secs(median(g)), b.length ? `${bName} ${secs(median(b))}` : `${bName}: skipped`, q == null ? 'n/a' : q.toFixed(2), goal, q == null ? 'n/a' : eval(`${q.toFixed(4)} ${goal}`) ? 'met' : 'not met', gRss, bRss]
+  return [
+    name,
+    secs(median(g)),
+    b.length ? `${bName} ${secs(median(b))}` : `${bName}: skipped`,
+    q == null ? 'n/a' : q.toFixed(2),
+    goal,
+    q == null ? 'n/a' : eval(`${q.toFixed(4)} ${goal}`) ? 'met' : 'not met',
+    gRss,
+    bRss,
+  ]
 }
 const total = `${N.toLocaleString('en')} x ${Math.round(bytes / N / 1024)} KB (${Math.round(bytes / 1e6)} MB)`
-console.log(`\ncommit/restore: ${total}, ${RUNS} runs, medians; ratio = gymckpt / baseline (median of same-run ratios). ${machine()}; python ${PY ? run(PY, ['-c', 'import sys; print(sys.version.split()[0])']).stdout.trim() : 'missing'}`)
-table('', ['measurement', 'gymckpt', 'baseline', 'ratio', 'goal', '', 'gymckpt peak RSS', 'baseline peak RSS'], [
-  row(`commit ${total}`, m.gymCommit, m.pyCommit, 'Python', '<= 0.7', `${mb(rss.gymCommit)} (+${mb(rss.gymCommitOver)} over the data)`, PY ? `${mb(rss.pyCommit)} (+${mb(rss.pyCommitOver)})` : ''),
-  row('commit of state gymckpt restored', m.gymRestoredCommit, m.gymCommit, 'gymckpt fresh', '<= 1.1', `+${mb(rss.gymRestoredCommitOver)} over the data`, ''),
-  row('commit of state gymckpt restored', m.gymRestoredCommit, m.pyCommit, 'Python', '<= 0.7', '', ''),
-  row('restore, all in scope', m.gymRestoreAll, m.pyRestoreAll, 'Python', '<= 1.0', mb(rss.gymRestoreAll), PY ? mb(rss.pyRestoreAll) : ''),
-  row(`restore, ${SCOPE_PCT}% in scope`, m.gymRestoreScope, m.pyScopeLineStart, 'Python, episode off the line start', '<= 1.0', mb(rss.gymRestoreScope), PY ? mb(rss.pyScopeLineStart) : ''),
-  row(`restore, ${SCOPE_PCT}% in scope`, m.gymRestoreScope, m.pyScopeDecodeAll, 'Python, every line decoded', '<= 0.3', '', PY ? mb(rss.pyScopeDecodeAll) : ''),
-])
+console.log(
+  `\ncommit/restore: ${total}, ${RUNS} runs, medians; ratio = gymckpt / baseline (median of same-run ratios). ${machine()}; python ${PY ? run(PY, ['-c', 'import sys; print(sys.version.split()[0])']).stdout.trim() : 'missing'}`,
+)
+table(
+  '',
+  ['measurement', 'gymckpt', 'baseline', 'ratio', 'goal', '', 'gymckpt peak RSS', 'baseline peak RSS'],
+  [
+    row(`commit ${total}`, m.gymCommit, m.pyCommit, 'Python', '<= 0.7', `${mb(rss.gymCommit)} (+${mb(rss.gymCommitOver)} over the data)`, PY ? `${mb(rss.pyCommit)} (+${mb(rss.pyCommitOver)})` : ''),
+    row('commit of state gymckpt restored', m.gymRestoredCommit, m.gymCommit, 'gymckpt fresh', '<= 1.1', `+${mb(rss.gymRestoredCommitOver)} over the data`, ''),
+    row('commit of state gymckpt restored', m.gymRestoredCommit, m.pyCommit, 'Python', '<= 0.7', '', ''),
+    row('restore, all in scope', m.gymRestoreAll, m.pyRestoreAll, 'Python', '<= 1.0', mb(rss.gymRestoreAll), PY ? mb(rss.pyRestoreAll) : ''),
+    row(`restore, ${SCOPE_PCT}% in scope`, m.gymRestoreScope, m.pyScopeLineStart, 'Python, episode off the line start', '<= 1.0', mb(rss.gymRestoreScope), PY ? mb(rss.pyScopeLineStart) : ''),
+    row(`restore, ${SCOPE_PCT}% in scope`, m.gymRestoreScope, m.pyScopeDecodeAll, 'Python, every line decoded', '<= 0.3', '', PY ? mb(rss.pyScopeDecodeAll) : ''),
+  ],
+)

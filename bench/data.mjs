@@ -21,9 +21,50 @@ export function rng(seed) {
   }
 }
 
-const EN = 'the a of to and in is it that for on with as was at by this be from or have an are not which but what all were when we there can your said if do will each about how up out them then she many some so these would other into has more her two like him see time could no make than first been its who now people my made over did down only way find use may water long little very after words called just where most know get through back much before go good new write our used me man too any day same right look think also around another came come work three word must because does part even place well such here take why things help put years different away again off went old number great tell men say small every found still between name should home big give air line set own under read last never us left end along while might next sound below saw something thought both few those always looked show large often together asked house world going want school important until form food keep children feet land side without boy once animal life enough took sometimes four head above kind began almost live page got earth need far hand high year mother light parts country father let night following picture being study second eyes soon times story boys since white days ever paper hard near sentence better best across during today others however sure means knew try told young miles sun ways thing whole hear example heard several change answer room sea against top turned learn point city play toward five using himself usually'.split(' ')
-const ACCENTED = ['café', 'résumé', 'naïve', 'façade', 'über', 'São Paulo', 'Zürich', 'Ångström', 'crème brûlée', 'déjà vu', 'piñata', 'Kraków', 'smørrebrød', 'Ærø', 'Dvořák', 'jalapeño', 'coöperate', 'Øresund', 'Straße', 'naïveté']
-const CJK = ['你好世界', '检查点', '强化学习', '模型', '环境服务器', '東京', 'こんにちは', 'ありがとう', '日本語のテキスト', '한국어', '서울특별시', '数据集', '推理', '工具调用', '天气预报', '北京市海淀区']
+const EN =
+  'the a of to and in is it that for on with as was at by this be from or have an are not which but what all were when we there can your said if do will each about how up out them then she many some so these would other into has more her two like him see time could no make than first been its who now people my made over did down only way find use may water long little very after words called just where most know get through back much before go good new write our used me man too any day same right look think also around another came come work three word must because does part even place well such here take why things help put years different away again off went old number great tell men say small every found still between name should home big give air line set own under read last never us left end along while might next sound below saw something thought both few those always looked show large often together asked house world going want school important until form food keep children feet land side without boy once animal life enough took sometimes four head above kind began almost live page got earth need far hand high year mother light parts country father let night following picture being study second eyes soon times story boys since white days ever paper hard near sentence better best across during today others however sure means knew try told young miles sun ways thing whole hear example heard several change answer room sea against top turned learn point city play toward five using himself usually'.split(
+    ' ',
+  )
+const ACCENTED = [
+  'café',
+  'résumé',
+  'naïve',
+  'façade',
+  'über',
+  'São Paulo',
+  'Zürich',
+  'Ångström',
+  'crème brûlée',
+  'déjà vu',
+  'piñata',
+  'Kraków',
+  'smørrebrød',
+  'Ærø',
+  'Dvořák',
+  'jalapeño',
+  'coöperate',
+  'Øresund',
+  'Straße',
+  'naïveté',
+]
+const CJK = [
+  '你好世界',
+  '检查点',
+  '强化学习',
+  '模型',
+  '环境服务器',
+  '東京',
+  'こんにちは',
+  'ありがとう',
+  '日本語のテキスト',
+  '한국어',
+  '서울특별시',
+  '数据集',
+  '推理',
+  '工具调用',
+  '天气预报',
+  '北京市海淀区',
+]
 const EMOJI = ['🚀', '🙂', '👍🏽', '🎉', '🔥', '✅', '❌', '🤖', '📈', '🧪', '👩‍💻', '🇯🇵', '❤️', '⚡', '🌧️', '☀️']
 const CODE = [
   'def f(x):\n\treturn x * 2\n',
@@ -80,8 +121,35 @@ function toolCall(r, i, m) {
           'arguments',
           new Map([
             ['query', text(r, 40)],
-            ['location', new Map([['city', pick(r, ['Zürich', '東京', 'São Paulo', 'Seattle'])], ['lat', r() * 180 - 90], ['lon', r() * 360 - 180]])],
-            ['options', new Map([['units', 'metric'], ['days', 1 + Math.floor(r() * 7)], ['verbose', r() < 0.5], ['filters', [new Map([['k', 'rain'], ['gt', 0.25]]), new Map([['k', 'wind'], ['lt', null]])]]])],
+            [
+              'location',
+              new Map([
+                ['city', pick(r, ['Zürich', '東京', 'São Paulo', 'Seattle'])],
+                ['lat', r() * 180 - 90],
+                ['lon', r() * 360 - 180],
+              ]),
+            ],
+            [
+              'options',
+              new Map([
+                ['units', 'metric'],
+                ['days', 1 + Math.floor(r() * 7)],
+                ['verbose', r() < 0.5],
+                [
+                  'filters',
+                  [
+                    new Map([
+                      ['k', 'rain'],
+                      ['gt', 0.25],
+                    ]),
+                    new Map([
+                      ['k', 'wind'],
+                      ['lt', null],
+                    ]),
+                  ],
+                ],
+              ]),
+            ],
             ['limit', Math.floor(r() * 100)],
           ]),
         ],
@@ -103,8 +171,27 @@ function environmentState(r, i) {
     ['seed', big],
     ['seeds', [2n ** 70n + BigInt(i), -(2n ** 65n) - BigInt(i), 18446744073709551615n, 9007199254740993n]],
     // Integer-like keys in insertion order, not sorted: a JS object would reorder them.
-    ['visits', new Map([['10', 3], ['2', 1], ['1', 4], ['33', 1], ['0', 9], ['-1', 2], ['007', 5]])],
-    ['inventory', new Map([['umbrella', true], ['coat', false], ['notes', null], ['tags', ['wet', 'cold', '❄️']]])],
+    [
+      'visits',
+      new Map([
+        ['10', 3],
+        ['2', 1],
+        ['1', 4],
+        ['33', 1],
+        ['0', 9],
+        ['-1', 2],
+        ['007', 5],
+      ]),
+    ],
+    [
+      'inventory',
+      new Map([
+        ['umbrella', true],
+        ['coat', false],
+        ['notes', null],
+        ['tags', ['wet', 'cold', '❄️']],
+      ]),
+    ],
   ])
 }
 
@@ -148,9 +235,22 @@ export function realisticRecord(i, kb = 350, attempt = 0) {
     size += bytes
   }
   return new Map([
-    ['episode_id', new Map([['rollout_id', `r${i}`], ['attempt', attempt]])],
+    [
+      'episode_id',
+      new Map([
+        ['rollout_id', `r${i}`],
+        ['attempt', attempt],
+      ]),
+    ],
     ['session_id', `sess-${i}-${Math.floor(r() * 1e12).toString(16)}`],
-    ['task', new Map([['id', `task-${i % 97}`], ['prompt', text(r, 200)], ['answer', null]])],
+    [
+      'task',
+      new Map([
+        ['id', `task-${i % 97}`],
+        ['prompt', text(r, 200)],
+        ['answer', null],
+      ]),
+    ],
     ['transcript', messages],
     ['environment', environmentState(r, i)],
     ['score', i % 10 === 0 ? NaN : r()],

@@ -70,7 +70,9 @@ try {
     if (!pub.published) throw new Error('not published')
     await resume(c, id, deadline)
     await rm(pub.checkpointDir, {recursive: true, force: true})
-    console.error(`run ${r + 1}/${RUNS}: commit ${secs(m.commit.at(-1))}, gate ${secs(m.gate.at(-1))} (${((100 * m.gate.at(-1)) / m.commit.at(-1)).toFixed(0)}%), commit + publish ${secs(m.published.at(-1))} — ${load()}`)
+    console.error(
+      `run ${r + 1}/${RUNS}: commit ${secs(m.commit.at(-1))}, gate ${secs(m.gate.at(-1))} (${((100 * m.gate.at(-1)) / m.commit.at(-1)).toFixed(0)}%), commit + publish ${secs(m.published.at(-1))} — ${load()}`,
+    )
   }
 } finally {
   await client.close()
@@ -79,10 +81,16 @@ try {
 }
 const q = ratio(m.gate, m.commit)
 const added = ratio(m.published, m.commit)
-console.log(`\npublish gate: ${N.toLocaleString('en')} records, ${Math.round(bytes / 1e6)} MB over ${holders.length} participants (+ the environment's boundaries), ${RUNS} runs, medians; share = median of same-run ratios. ${machine()}`)
-table('', ['measurement', 'time', 'share of the commit', 'goal', ''], [
-  ['commit (commitAndPublish, publish: false)', secs(median(m.commit)), '1.00', '', ''],
-  ['publish gate (verifyCheckpoint as commitAndPublish calls it)', secs(median(m.gate)), q.toFixed(2), '< 0.15', q < 0.15 ? 'met' : 'not met'],
-  ['commit + publish (manifest, gate, LATEST)', secs(median(m.published)), added.toFixed(2), '', ''],
-])
+console.log(
+  `\npublish gate: ${N.toLocaleString('en')} records, ${Math.round(bytes / 1e6)} MB over ${holders.length} participants (+ the environment's boundaries), ${RUNS} runs, medians; share = median of same-run ratios. ${machine()}`,
+)
+table(
+  '',
+  ['measurement', 'time', 'share of the commit', 'goal', ''],
+  [
+    ['commit (commitAndPublish, publish: false)', secs(median(m.commit)), '1.00', '', ''],
+    ['publish gate (verifyCheckpoint as commitAndPublish calls it)', secs(median(m.gate)), q.toFixed(2), '< 0.15', q < 0.15 ? 'met' : 'not met'],
+    ['commit + publish (manifest, gate, LATEST)', secs(median(m.published)), added.toFixed(2), '', ''],
+  ],
+)
 console.log(`controller + participants peak RSS ${mb(peakRssKb())} (one process: 1,000 sessions held in memory)`)

@@ -87,12 +87,32 @@ function populate(fleet, eps) {
     if (p instanceof SimEnvironment) {
       eps.forEach((ep, i) => {
         const key = captureKey(ep)
-        p.episodes.set(key, {ep, key, state: 'parked', restart: isRestart(i), retiring: false, boundary: {step: 2, acc: `acc-${key}`}, taskDigest: taskDigest(`in-${key}`, 4), abort: new AbortController(), done: Promise.resolve()})
+        p.episodes.set(key, {
+          ep,
+          key,
+          state: 'parked',
+          restart: isRestart(i),
+          retiring: false,
+          boundary: {step: 2, acc: `acc-${key}`},
+          taskDigest: taskDigest(`in-${key}`, 4),
+          abort: new AbortController(),
+          done: Promise.resolve(),
+        })
       })
     } else if (p instanceof SimDownstream) {
       eps.forEach((ep, i) => {
         const key = captureKey(ep)
-        p.sessions.set(key, {ep, chain: `chain-${key}`, calls: 2, restart: isRestart(i), restored: false, payload: new Map([['turns', [key, 'ok']], ['score', 0.5]])})
+        p.sessions.set(key, {
+          ep,
+          chain: `chain-${key}`,
+          calls: 2,
+          restart: isRestart(i),
+          restored: false,
+          payload: new Map([
+            ['turns', [key, 'ok']],
+            ['score', 0.5],
+          ]),
+        })
       })
     }
   }
@@ -147,7 +167,12 @@ try {
       await retire(c3, `retire-${x}`, r.replacements, deadline)
       step('retire', t0)
       t0 = performance.now()
-      await forget(c3, `forget-${x}`, r.replacements.map((e) => e.rolloutId), deadline)
+      await forget(
+        c3,
+        `forget-${x}`,
+        r.replacements.map((e) => e.rolloutId),
+        deadline,
+      )
       step('forget', t0)
     } finally {
       await fleet.close()
@@ -166,5 +191,13 @@ try {
 }
 
 console.log(`\nscale: ${machine()}; ${RESTART_PCT}% of the episodes restart; growth relative to 1x in parentheses (linear = 10x, 100x)`)
-table('scope math (medians of 5; the pairwise filter is what continuedOf was)', ['episodes', 'restartsOf (4 lists)', 'continuedOf', 'pairwise filter', 'pairwise / continuedOf', 'growth of restartsOf + continuedOf'], mathRows)
-table(`built-in fleet (4 participants, each holding every episode), one pass per scale; retire/forget in batches of ${RETIRE_BATCH} on a fleet holding none of them (marks only)`, ['episodes', 'prepare', 'scope (restarts + continued)', 'commit + publish gate', 'resume', 'restore (fresh fleet)', 'retire', 'forget'], e2eRows)
+table(
+  'scope math (medians of 5; the pairwise filter is what continuedOf was)',
+  ['episodes', 'restartsOf (4 lists)', 'continuedOf', 'pairwise filter', 'pairwise / continuedOf', 'growth of restartsOf + continuedOf'],
+  mathRows,
+)
+table(
+  `built-in fleet (4 participants, each holding every episode), one pass per scale; retire/forget in batches of ${RETIRE_BATCH} on a fleet holding none of them (marks only)`,
+  ['episodes', 'prepare', 'scope (restarts + continued)', 'commit + publish gate', 'resume', 'restore (fresh fleet)', 'retire', 'forget'],
+  e2eRows,
+)

@@ -99,7 +99,9 @@ try {
       if (OPENSSL) keep('openssl', run(OPENSSL, ['dgst', '-sha256', ...ck.files]))
       if (SHA256SUM) keep('sha256sum', run(SHA256SUM, ck.files))
       keep('nodeStart', run(process.execPath, ['-e', '0']))
-      console.error(`${set.name} run ${r + 1}/${RUNS}: verifyCheckpoint ${secs(m.lib.at(-1))} (one thread ${secs(m.lib1.at(-1))}, ${CORES} threads ${secs(m.libAll.at(-1))}), CLI ${secs(m.cli.at(-1))}, openssl ${secs(m.openssl.at(-1))}, sha256sum ${secs(m.sha256sum.at(-1))}, node -e 0 ${secs(m.nodeStart.at(-1))} — ${load()}`)
+      console.error(
+        `${set.name} run ${r + 1}/${RUNS}: verifyCheckpoint ${secs(m.lib.at(-1))} (one thread ${secs(m.lib1.at(-1))}, ${CORES} threads ${secs(m.libAll.at(-1))}), CLI ${secs(m.cli.at(-1))}, openssl ${secs(m.openssl.at(-1))}, sha256sum ${secs(m.sha256sum.at(-1))}, node -e 0 ${secs(m.nodeStart.at(-1))} — ${load()}`,
+      )
     }
     results.push({set, ck, m, rss})
     rmSync(ck.dir, {recursive: true, force: true})

@@ -1,16 +1,6 @@
 import {EpisodeId, captureKey, fromCaptureKey, fromWire, nextAttempt, sortedKeys} from '../protocol/episode.js'
 import {ErrorCode, HTTP_STATUS_OF} from '../protocol/errors.js'
-import {
-  CommitRequest,
-  MAX_REPORTED_BLOCKERS,
-  Phase,
-  PrepareReport,
-  PrepareRequest,
-  ParticipantManifest,
-  ForgetRequest,
-  RestoreRequest,
-  RetireRequest,
-} from '../protocol/wire.js'
+import {CommitRequest, MAX_REPORTED_BLOCKERS, Phase, PrepareReport, PrepareRequest, ParticipantManifest, ForgetRequest, RestoreRequest, RetireRequest} from '../protocol/wire.js'
 import {CheckpointStateError} from '../storage/errors.js'
 import {participantDir, readParticipantState, StoredRecord, writeParticipantState} from '../storage/participant-store.js'
 import {PyJsonError, PyValue, pyDumpsView} from '../storage/pyjson.js'
@@ -448,7 +438,10 @@ export class ControlPlane {
     if (job) {
       job.stopped = true
       if (job.cleanup) {
-        const r = await raceDeadline(job.cleanup.catch(() => {}), deadlineTs * 1000)
+        const r = await raceDeadline(
+          job.cleanup.catch(() => {}),
+          deadlineTs * 1000,
+        )
         if (r === 'timeout') throw new ControlError('deadline_exceeded', 'restored state is still being deleted; resume again')
       }
     }
@@ -475,7 +468,10 @@ export class ControlPlane {
       for (const e of episodes) this.retired.set(e.rolloutId, Math.max(this.retired.get(e.rolloutId) ?? -1, e.attempt))
       if (Date.now() >= deadlineMs) throw new ControlError('deadline_exceeded', `retire deadline passed before its episodes were stopped`)
       if (this.install) {
-        const r = await raceDeadline(this.install.catch(() => {}), deadlineMs)
+        const r = await raceDeadline(
+          this.install.catch(() => {}),
+          deadlineMs,
+        )
         if (r === 'timeout') throw new ControlError('deadline_exceeded', 'retire deadline passed while a restore was still installing')
       }
       // Each rollout once, through its latest attempt, a bounded number at a time.
@@ -513,4 +509,3 @@ export class ControlPlane {
     if (mark !== undefined && e.attempt <= mark) throw new ControlError('stale_attempt', `attempt ${e.attempt} of rollout '${e.rolloutId}' was retired (up to attempt ${mark})`)
   }
 }
-

@@ -186,7 +186,15 @@ export class SimEnvironment extends SimBase {
       record: new Map<string, PyValue>([
         ['episode_id', episodeIdRecord(ep)],
         ['task_digest', digest],
-        ['boundary', b ? new Map<string, PyValue>([['step', b.step], ['acc', b.acc]]) : null],
+        [
+          'boundary',
+          b
+            ? new Map<string, PyValue>([
+                ['step', b.step],
+                ['acc', b.acc],
+              ])
+            : null,
+        ],
       ]),
     })
     // Gym's rule: every live episode held at a boundary, whatever the scope; only restored state
@@ -371,7 +379,10 @@ export class SimDownstream extends SimBase {
 
   report(): PrepareReport {
     const blockers = [...this.stuckBlockers, ...[...this.inflight.keys()].filter((k) => !this.sessions.get(k)?.restart)].sort()
-    const restarts = [...this.sessions.values()].filter((s) => s.restart).map((s) => captureKey(s.ep)).sort()
+    const restarts = [...this.sessions.values()]
+      .filter((s) => s.restart)
+      .map((s) => captureKey(s.ep))
+      .sort()
     let inflight = 0
     for (const f of this.inflight.values()) inflight += f.count
     return {ready: blockers.length === 0, blockers, blocker_count: blockers.length, counts: {sessions: this.sessions.size, inflight}, restarts}
@@ -436,7 +447,10 @@ export class SimDownstream extends SimBase {
   }
 
   restoredKeys(): string[] {
-    return [...this.sessions.entries()].filter(([, s]) => s.restored).map(([k]) => k).sort()
+    return [...this.sessions.entries()]
+      .filter(([, s]) => s.restored)
+      .map(([k]) => k)
+      .sort()
   }
 
   /** The data-plane step call. */

@@ -16,11 +16,7 @@ export type Phase = z.infer<typeof Phase>
 /** Gym reports at most this many blockers; blocker_count carries the full number. */
 export const MAX_REPORTED_BLOCKERS = 100
 
-export const CheckpointId = z
-  .string()
-  .min(1)
-  .max(128)
-  .regex(SAFE_ID_PATTERN, 'checkpoint ID must match ^[A-Za-z0-9][A-Za-z0-9._-]*$ (at most 128 characters)')
+export const CheckpointId = z.string().min(1).max(128).regex(SAFE_ID_PATTERN, 'checkpoint ID must match ^[A-Za-z0-9][A-Za-z0-9._-]*$ (at most 128 characters)')
 export const DeadlineTs = z.number().refine(Number.isFinite, 'deadline_ts must be a finite epoch time in seconds')
 
 // ---- requests: strict, exactly Gym's fields (Gym forbids unknown keys) ----

@@ -180,18 +180,22 @@ export async function listCheckpoints(root: string, opts: CatalogOptions = {}): 
   }
   if (looksLikeCheckpoint(names)) warnings.push(`${abs} looks like a checkpoint directory, not a checkpoint root: gymckpt describe ${abs} shows it`)
   // Dirent types come with the listing (no stat); a symbolic link is neither a directory nor listed.
-  const found = await mapLimit(names.filter((d) => d.isDirectory()), CONCURRENCY, async ({name}): Promise<CatalogEntry | null> => {
-    const dir = path.join(abs, name)
-    let inside: Dirent[]
-    try {
-      inside = await readdir(dir, {withFileTypes: true})
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null
-      warnings.push(`cannot list ${dir}: ${describeFsError(err)}; not listed`)
-      return null
-    }
-    return looksLikeCheckpoint(inside) ? (await inspect(dir, inside, latest, now)).entry : null
-  })
+  const found = await mapLimit(
+    names.filter((d) => d.isDirectory()),
+    CONCURRENCY,
+    async ({name}): Promise<CatalogEntry | null> => {
+      const dir = path.join(abs, name)
+      let inside: Dirent[]
+      try {
+        inside = await readdir(dir, {withFileTypes: true})
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null
+        warnings.push(`cannot list ${dir}: ${describeFsError(err)}; not listed`)
+        return null
+      }
+      return looksLikeCheckpoint(inside) ? (await inspect(dir, inside, latest, now)).entry : null
+    },
+  )
   const checkpoints = found.filter((e): e is CatalogEntry => e !== null).sort(newestFirst)
   if (latest !== null && !checkpoints.some((c) => c.latest)) warnings.push(`${path.join(abs, LATEST_FILE)} names '${latest}', which is not a checkpoint directory in this root`)
   return {root: abs, latest, checkpoints, warnings}
@@ -323,9 +327,7 @@ export async function describeCheckpoint(location: string, id?: string, opts: De
     throw new CheckpointStateError(`no checkpoint directory ${checkpointDir}${st ? ' (it is not a directory)' : ''}: gymckpt list ${root} shows the checkpoints there`)
   }
   const {entry, summary} = await inspect(checkpointDir, await readdir(checkpointDir, {withFileTypes: true}).catch(() => []), latest, now)
-  const manifest = summary
-    ? {file: summary.source, createdAt: summary.createdAt, continued: summary.continued, restarted: summary.restarted, runId: await gymRunId(checkpointDir)}
-    : null
+  const manifest = summary ? {file: summary.source, createdAt: summary.createdAt, continued: summary.continued, restarted: summary.restarted, runId: await gymRunId(checkpointDir)} : null
 
   const servers = new Map((summary?.participants ?? []).map((p) => [`${p.kind}/${p.instance}`, p.server]))
   const onDisk = await participantDirs(checkpointDir)
@@ -333,7 +335,17 @@ export async function describeCheckpoint(location: string, id?: string, opts: De
   // A participant the manifest names but whose directory is gone is shown, not dropped.
   for (const p of summary?.participants ?? []) {
     if (!onDisk.some((d) => d.kind === p.kind && d.instance === p.instance)) {
-      participants.push({kind: p.kind, instance: p.instance, server: p.server, records: null, bytes: null, recordsFile: null, recordsSha256: null, error: `no directory gym/${p.kind}/${p.instance}`, verify: null})
+      participants.push({
+        kind: p.kind,
+        instance: p.instance,
+        server: p.server,
+        records: null,
+        bytes: null,
+        recordsFile: null,
+        recordsSha256: null,
+        error: `no directory gym/${p.kind}/${p.instance}`,
+        verify: null,
+      })
     }
   }
 

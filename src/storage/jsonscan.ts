@@ -358,7 +358,7 @@ function scanNumber(b: Uint8Array, dv: DataView, i: number, end: number): number
 function skipDigits(b: Uint8Array, dv: DataView, i: number, end: number): number {
   while (i + 4 <= end) {
     const w = dv.getInt32(i, true)
-    const m = (((w + 0x46464646) | 0) | ((w - 0x30303030) | 0)) & 0x80808080
+    const m = ((w + 0x46464646) | 0 | ((w - 0x30303030) | 0)) & 0x80808080
     if (m !== 0) return i + ((31 - Math.clz32(m & -m)) >> 3)
     i += 4
   }

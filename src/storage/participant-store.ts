@@ -16,7 +16,10 @@ export const RECORDS_FILE_PATTERN = /^records(-[0-9a-f]{64})?\.jsonl$/
 export const EMPTY_SHA256 = 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855'
 
 export function participantDir(checkpointDir: string, kind: string, instance: string): string {
-  for (const [what, v] of [['kind', kind], ['instance', instance]] as const) {
+  for (const [what, v] of [
+    ['kind', kind],
+    ['instance', instance],
+  ] as const) {
     if (!SAFE_ID_PATTERN.test(v)) throw new CheckpointStateError(`participant ${what} '${v}' is not a safe path component`)
   }
   return path.join(checkpointDir, 'gym', kind, instance)
@@ -100,7 +103,7 @@ async function writeInner(opts: WriteStateOptions, lines: Iterable<string | Buff
     // A write may write less than asked (a disk filling up, a signal): the rest is written, or its
     // error raised, so the file is never shorter than the digest it is named for.
     const writeAll = async (b: Buffer, n: number, at: number) => {
-      for (let off = 0; off < n; ) {
+      for (let off = 0; off < n;) {
         const {bytesWritten} = await fh.write(b, off, n - off, at + off)
         if (bytesWritten <= 0) throw new Error(`writing ${tmp} made no progress at byte ${at + off}`)
         off += bytesWritten
@@ -598,7 +601,7 @@ export function sortFindDuplicates(keys: string[], max = 10): {count: number; fi
   keys.sort()
   const first: {key: string; records: number}[] = []
   let count = 0
-  for (let i = 1; i < keys.length; ) {
+  for (let i = 1; i < keys.length;) {
     if (keys[i] !== keys[i - 1]) {
       i++
       continue

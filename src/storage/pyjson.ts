@@ -9,16 +9,7 @@ export class PyFloat {
   constructor(readonly value: number) {}
 }
 
-export type PyValue =
-  | null
-  | boolean
-  | number
-  | bigint
-  | string
-  | PyFloat
-  | PyValue[]
-  | Map<string, PyValue>
-  | {[key: string]: PyValue}
+export type PyValue = null | boolean | number | bigint | string | PyFloat | PyValue[] | Map<string, PyValue> | {[key: string]: PyValue}
 
 export class PyJsonError extends Error {
   constructor(message: string) {
@@ -90,7 +81,16 @@ export function pyDumpsView(value: PyValue | undefined): Buffer {
 }
 
 const SHORT_ESCAPE: (number | undefined)[] = []
-for (const [c, e] of [['"', '"'], ['\\', '\\'], ['\n', 'n'], ['\r', 'r'], ['\t', 't'], ['\b', 'b'], ['\f', 'f']] as const) SHORT_ESCAPE[c.charCodeAt(0)] = e.charCodeAt(0)
+for (const [c, e] of [
+  ['"', '"'],
+  ['\\', '\\'],
+  ['\n', 'n'],
+  ['\r', 'r'],
+  ['\t', 't'],
+  ['\b', 'b'],
+  ['\f', 'f'],
+] as const)
+  SHORT_ESCAPE[c.charCodeAt(0)] = e.charCodeAt(0)
 const HEX_DIGIT = Buffer.from('0123456789abcdef')
 
 class ByteWriter {
@@ -492,14 +492,30 @@ class Parser {
       const e = s[bs + 1]
       i = bs + 2
       switch (e) {
-        case '"': out += '"'; break
-        case '\\': out += '\\'; break
-        case '/': out += '/'; break
-        case 'b': out += '\b'; break
-        case 'f': out += '\f'; break
-        case 'n': out += '\n'; break
-        case 'r': out += '\r'; break
-        case 't': out += '\t'; break
+        case '"':
+          out += '"'
+          break
+        case '\\':
+          out += '\\'
+          break
+        case '/':
+          out += '/'
+          break
+        case 'b':
+          out += '\b'
+          break
+        case 'f':
+          out += '\f'
+          break
+        case 'n':
+          out += '\n'
+          break
+        case 'r':
+          out += '\r'
+          break
+        case 't':
+          out += '\t'
+          break
         case 'u': {
           const hex = s.slice(i, i + 4)
           if (!HEX4.test(hex)) {

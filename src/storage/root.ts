@@ -21,9 +21,7 @@ export const ControllerManifest = z.object({
   created_at: z.number(),
   continued: z.array(EpisodeIdWire),
   restarted: z.array(EpisodeIdWire),
-  participants: z.array(
-    z.object({server: z.string(), kind: z.string(), instance: z.string(), manifest: ParticipantManifest, episode_ids: z.array(z.string())}),
-  ),
+  participants: z.array(z.object({server: z.string(), kind: z.string(), instance: z.string(), manifest: ParticipantManifest, episode_ids: z.array(z.string())})),
   /** Opaque state the controller keeps with the checkpoint (the demo keeps completed results). */
   controller_state: z.unknown().optional(),
 })
@@ -131,7 +129,15 @@ export async function readCheckpointSummary(checkpointDir: string): Promise<Chec
     const p = ControllerManifest.safeParse(ours)
     if (!p.success) throw new CheckpointStateError(`${path.join(checkpointDir, CONTROLLER_MANIFEST)} is not a gymckpt manifest: ${describeIssue(p.error)}`)
     const m = p.data
-    return {source: CONTROLLER_MANIFEST, checkpointId: m.checkpoint_id, createdAt: m.created_at, continued: m.continued, restarted: m.restarted, participants: m.participants, controllerState: m.controller_state}
+    return {
+      source: CONTROLLER_MANIFEST,
+      checkpointId: m.checkpoint_id,
+      createdAt: m.created_at,
+      continued: m.continued,
+      restarted: m.restarted,
+      participants: m.participants,
+      controllerState: m.controller_state,
+    }
   }
   const gym = await readJsonIfExists(path.join(checkpointDir, GYM_COLLECTION_MANIFEST))
   if (gym !== undefined) {
@@ -195,7 +201,12 @@ async function isDirectory(p: string): Promise<boolean> {
     return (await stat(p)).isDirectory()
   } catch (err) {
     // Listed a moment ago, so ENOENT here is almost always a symbolic link to nothing.
-    const dangling = (err as NodeJS.ErrnoException).code === 'ENOENT' && (await lstat(p).then((st) => st.isSymbolicLink(), () => false))
+    const dangling =
+      (err as NodeJS.ErrnoException).code === 'ENOENT' &&
+      (await lstat(p).then(
+        (st) => st.isSymbolicLink(),
+        () => false,
+      ))
     throw new CheckpointStateError(dangling ? `${p} is a symbolic link to a path that does not exist` : `cannot read ${p}: ${describeFsError(err)}`)
   }
 }

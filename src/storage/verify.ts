@@ -207,29 +207,38 @@ export async function verifyCheckpoint(location: string, opts: VerifyOptions = {
   const dirProblems: VerifyProblem[][] = dirs.map(() => [])
   // Notes on records outside the scope follow every directory's problems, in directory order.
   const scopeNotes: VerifyProblem[][] = dirs.map(() => [])
-  await readAll(dirs.map((d) => ({...d, within: checkpointDir})), concurrency, opts.workerMinBytes ?? WORKER_MIN_BYTES, (i, r) => {
-    const d = dirs[i]!
-    const v = results[i]!
-    const mine = dirProblems[i]!
-    if (r instanceof CheckpointStateError) return void mine.push({severity: 'error', where: d.dir, message: r.message})
-    Object.assign(v, {ok: true, records: r.keys.length, bytes: r.bytes, recordsSha256: r.manifest.records_sha256, episodes: r.keys})
-    countScope(v, scope, summary ? scopeNotes[i]! : null)
-    if (r.duplicates.count) {
-      v.ok = false
-      const named = r.duplicates.first.map((x) => `'${x.key}' (${x.records} records)`).join(', ')
-      const more = r.duplicates.count > r.duplicates.first.length ? ` (+${r.duplicates.count - r.duplicates.first.length} more episodes)` : ''
-      mine.push({severity: 'error', where: d.dir, message: `${r.manifest.records_file} holds more than one record of ${r.duplicates.count === 1 ? 'episode' : `${r.duplicates.count} episodes`} ${named}${more}: a restore would install one episode twice`})
-    }
-    if (summary && r.manifest.checkpoint_id !== summary.checkpointId) {
-      v.ok = false
-      mine.push({severity: 'error', where: d.dir, message: `manifest is of checkpoint '${r.manifest.checkpoint_id}', not '${summary.checkpointId}'`})
-    }
-    const recorded = summary?.participants?.find((p) => p.kind === d.kind && p.instance === d.instance)
-    if (recorded && encodeManifest(recorded.manifest) !== encodeManifest(r.manifest)) {
-      v.ok = false
-      mine.push({severity: 'error', where: d.dir, message: 'manifest differs from the one its participant returned at commit'})
-    }
-  })
+  await readAll(
+    dirs.map((d) => ({...d, within: checkpointDir})),
+    concurrency,
+    opts.workerMinBytes ?? WORKER_MIN_BYTES,
+    (i, r) => {
+      const d = dirs[i]!
+      const v = results[i]!
+      const mine = dirProblems[i]!
+      if (r instanceof CheckpointStateError) return void mine.push({severity: 'error', where: d.dir, message: r.message})
+      Object.assign(v, {ok: true, records: r.keys.length, bytes: r.bytes, recordsSha256: r.manifest.records_sha256, episodes: r.keys})
+      countScope(v, scope, summary ? scopeNotes[i]! : null)
+      if (r.duplicates.count) {
+        v.ok = false
+        const named = r.duplicates.first.map((x) => `'${x.key}' (${x.records} records)`).join(', ')
+        const more = r.duplicates.count > r.duplicates.first.length ? ` (+${r.duplicates.count - r.duplicates.first.length} more episodes)` : ''
+        mine.push({
+          severity: 'error',
+          where: d.dir,
+          message: `${r.manifest.records_file} holds more than one record of ${r.duplicates.count === 1 ? 'episode' : `${r.duplicates.count} episodes`} ${named}${more}: a restore would install one episode twice`,
+        })
+      }
+      if (summary && r.manifest.checkpoint_id !== summary.checkpointId) {
+        v.ok = false
+        mine.push({severity: 'error', where: d.dir, message: `manifest is of checkpoint '${r.manifest.checkpoint_id}', not '${summary.checkpointId}'`})
+      }
+      const recorded = summary?.participants?.find((p) => p.kind === d.kind && p.instance === d.instance)
+      if (recorded && encodeManifest(recorded.manifest) !== encodeManifest(r.manifest)) {
+        v.ok = false
+        mine.push({severity: 'error', where: d.dir, message: 'manifest differs from the one its participant returned at commit'})
+      }
+    },
+  )
   problems.push(...dirProblems.flat(), ...scopeNotes.flat())
   report.participants = results
 
@@ -256,7 +265,11 @@ export async function verifyCheckpoint(location: string, opts: VerifyOptions = {
     for (const p of results) for (const k of p.episodes) if (scope.has(k)) held.add(k)
     report.uncovered = report.continued.filter((k) => !held.has(k))
     if (report.uncovered.length) {
-      problems.push({severity: 'warning', where: summary.source, message: `${report.uncovered.length} continued episode(s) have no record on any participant and would start over from their input: ${report.uncovered.slice(0, 10).join(', ')}`})
+      problems.push({
+        severity: 'warning',
+        where: summary.source,
+        message: `${report.uncovered.length} continued episode(s) have no record on any participant and would start over from their input: ${report.uncovered.slice(0, 10).join(', ')}`,
+      })
     }
   }
   report.ok = !problems.some((p) => p.severity === 'error')
