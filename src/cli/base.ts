@@ -44,7 +44,7 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
     // ansis reads --no-color (and NO_COLOR, FORCE_COLOR) itself; the flag is declared so oclif accepts it.
     color: Flags.boolean({summary: 'Colour the output (default: on a terminal, unless NO_COLOR is set).', allowNo: true, helpGroup: 'GLOBAL'}),
     config: Flags.string({summary: 'Config file with named contexts (default: config.yaml in the config directory; or GYMCKPT_CONFIG).', helpGroup: 'GLOBAL'}),
-    context: Flags.string({summary: "Context of the config file to use (default: its current-context; or GYMCKPT_CONTEXT).", helpGroup: 'GLOBAL'}),
+    context: Flags.string({summary: 'Context of the config file to use (default: its current-context; or GYMCKPT_CONTEXT).', helpGroup: 'GLOBAL'}),
   }
 
   protected flags!: BaseFlags<T>
@@ -115,7 +115,8 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
 
   protected async fleetSource(): Promise<FleetSource> {
     const fleet = (await this.settings()).fleet
-    if (!fleet) throw new ControllerError('input', 'no fleet given: pass --head URL, --server NAME=URL (repeatable) or --fleet FILE, set GYMCKPT_HEAD / GYMCKPT_FLEET / GYMCKPT_SERVERS, or use a config context')
+    if (!fleet)
+      throw new ControllerError('input', 'no fleet given: pass --head URL, --server NAME=URL (repeatable) or --fleet FILE, set GYMCKPT_HEAD / GYMCKPT_FLEET / GYMCKPT_SERVERS, or use a config context')
     const v = fleet.value
     if ('head' in v) return {type: 'head', url: v.head}
     if ('fleet' in v) return {type: 'file', path: v.fleet}
@@ -174,7 +175,12 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
     err.message = oneLine(err.message)
     const next = err instanceof ControllerError ? err.next.map((s) => this.nextLine(s)) : []
     if (this.jsonEnabled()) {
-      this.logJson({ok: false, schema_version: JSON_SCHEMA_VERSION, warnings, error: {code: name, exit_code: code, message: err.message, ...(details === undefined ? {} : {details}), ...(next.length ? {next} : {})}})
+      this.logJson({
+        ok: false,
+        schema_version: JSON_SCHEMA_VERSION,
+        warnings,
+        error: {code: name, exit_code: code, message: err.message, ...(details === undefined ? {} : {details}), ...(next.length ? {next} : {})},
+      })
     } else {
       process.stderr.write(`${color.red('error:')} ${err.message}\n`)
       for (const n of next) process.stderr.write(`next: ${n}\n`)

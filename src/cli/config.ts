@@ -72,13 +72,17 @@ export async function loadConfig(explicit: string | undefined, configDir: string
   }
   if (doc && typeof doc === 'object' && 'contexts' in doc) {
     for (const [name, ctx] of Object.entries((doc as {contexts: Record<string, unknown>}).contexts ?? {})) {
-      if (ctx && typeof ctx === 'object' && 'token' in ctx) throw new ControllerError('input', `config file ${file}: contexts.${name}.token: the token is never kept in the config file; use token-file (a path) or token-env`)
+      if (ctx && typeof ctx === 'object' && 'token' in ctx)
+        throw new ControllerError('input', `config file ${file}: contexts.${name}.token: the token is never kept in the config file; use token-file (a path) or token-env`)
     }
   }
   const parsed = ConfigFile.safeParse(doc)
   if (!parsed.success) {
     const i = parsed.error.issues[0]
-    throw new ControllerError('input', `config file ${file}: ${i?.path.join('.') || '(root)'}: ${i?.message}; expected 'current-context: NAME' and 'contexts: {NAME: {head|fleet|servers, root, token-file|token-env}}'`)
+    throw new ControllerError(
+      'input',
+      `config file ${file}: ${i?.path.join('.') || '(root)'}: ${i?.message}; expected 'current-context: NAME' and 'contexts: {NAME: {head|fleet|servers, root, token-file|token-env}}'`,
+    )
   }
   const base = path.dirname(file)
   for (const ctx of Object.values(parsed.data.contexts)) {
@@ -139,7 +143,8 @@ export function resolveSettings({flags, env, config}: SettingsInput): Settings {
     }
   }
 
-  const root: Setting<string> | null = flags.root !== undefined ? {value: flags.root, from: '--root'} : env[ENV.root] ? {value: env[ENV.root]!, from: ENV.root} : ctx?.root ? {value: ctx.root, from: fromCtx} : null
+  const root: Setting<string> | null =
+    flags.root !== undefined ? {value: flags.root, from: '--root'} : env[ENV.root] ? {value: env[ENV.root]!, from: ENV.root} : ctx?.root ? {value: ctx.root, from: fromCtx} : null
 
   let token: Settings['token']
   if (flags['token-file']) token = {value: {tokenFile: flags['token-file']}, from: '--token-file'}

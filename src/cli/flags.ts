@@ -50,8 +50,7 @@ export function parseDuration(v: string, flag: string, max: number): number | nu
 }
 
 /** The checkpoint root, as a flag (commands that take it positionally accept this too). */
-export const rootFlag = (summary = 'Checkpoint root; a checkpoint goes to ROOT/ID') =>
-  Flags.string({summary: `${summary} (or GYMCKPT_ROOT, or root in the config context).`})
+export const rootFlag = (summary = 'Checkpoint root; a checkpoint goes to ROOT/ID') => Flags.string({summary: `${summary} (or GYMCKPT_ROOT, or root in the config context).`})
 
 /**
  * Episodes as values (`--episode`, repeatable) and from a file (`--episodes-file`, '-' for stdin):

@@ -20,7 +20,10 @@ export async function readToken(opts: {tokenEnv?: string; tokenFile?: string}): 
       throw new ControllerError('input', `cannot read --token-file ${opts.tokenFile}: ${describeFsError(err)}`)
     }
     if (!isUtf8(bytes)) throw new ControllerError('input', `--token-file ${opts.tokenFile} is not UTF-8 text; it must hold only the token`)
-    const t = bytes.toString('utf8').replace(/^\ufeff/, '').trim()
+    const t = bytes
+      .toString('utf8')
+      .replace(/^\ufeff/, '')
+      .trim()
     if (!t) throw new ControllerError('input', `--token-file ${opts.tokenFile} is empty`)
     if (/\s/.test(t)) throw new ControllerError('input', `--token-file ${opts.tokenFile} holds more than one word; it must hold only the token`)
     if (!TOKEN_CHARS.test(t)) throw new ControllerError('input', `--token-file ${opts.tokenFile} holds a character that cannot be sent in an HTTP header; a token is printable ASCII`)

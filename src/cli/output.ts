@@ -8,7 +8,11 @@ export function table(rows: Record<string, unknown>[], columns: string[]): strin
   if (rows.length === 0) return '(none)'
   const cells = rows.map((r) => columns.map((c) => fmt(r[c])))
   const widths = columns.map((c, i) => Math.max(c.length, ...cells.map((row) => row[i]!.length)))
-  const line = (vals: string[]) => vals.map((v, i) => v.padEnd(widths[i]!)).join('  ').trimEnd()
+  const line = (vals: string[]) =>
+    vals
+      .map((v, i) => v.padEnd(widths[i]!))
+      .join('  ')
+      .trimEnd()
   return [color.bold(line(columns.map((c) => c.toUpperCase()))), ...cells.map(line)].join('\n')
 }
 
@@ -56,12 +60,30 @@ export function commitJson(out: CommitOutcome) {
 
 /** A participant manifest's documented fields (a participant may add its own; they stay in its manifest.json). */
 function manifestJson(m: CommitOutcome['replies'] extends Map<string, infer R> ? (R extends {manifest: infer M} ? M : never) : never) {
-  return {schema_version: m.schema_version, kind: m.kind, instance: m.instance, checkpoint_id: m.checkpoint_id, records_file: m.records_file, records_sha256: m.records_sha256, record_count: m.record_count}
+  return {
+    schema_version: m.schema_version,
+    kind: m.kind,
+    instance: m.instance,
+    checkpoint_id: m.checkpoint_id,
+    records_file: m.records_file,
+    records_sha256: m.records_sha256,
+    record_count: m.record_count,
+  }
 }
 
 /** Per participant: each phase's call time in ms (null: no such call), records and bytes. */
 export function timingsJson(t: ParticipantTiming[]) {
-  return t.map((r) => ({server: r.server, kind: r.kind, instance: r.instance, prepare_ms: r.prepareMs, commit_ms: r.commitMs, restore_ms: r.restoreMs, resume_ms: r.resumeMs, records: r.records, bytes: r.bytes}))
+  return t.map((r) => ({
+    server: r.server,
+    kind: r.kind,
+    instance: r.instance,
+    prepare_ms: r.prepareMs,
+    commit_ms: r.commitMs,
+    restore_ms: r.restoreMs,
+    resume_ms: r.resumeMs,
+    records: r.records,
+    bytes: r.bytes,
+  }))
 }
 
 /** The timing table printed at the end of checkpoint, commit and restore: only the phases that ran. */

@@ -43,16 +43,19 @@ Progress (each phase's stage, the servers still pending, the time left to the de
       },
       {mode: progressMode(this.jsonEnabled()), signal: this.signal},
       ({onPhase, onCall}) =>
-        checkpoint({...coordinator, onCall}, {
-          root,
-          checkpointId: this.flags.id,
-          timeoutS: this.flags.timeout,
-          episodes,
-          renewEveryMs: this.flags['renew-every'] * 1000,
-          keepClosedOnBlockers: this.flags['keep-closed'],
-          log: note,
-          onPhase: (p, s) => (p === 'publish' ? undefined : onPhase(p, s)),
-        }),
+        checkpoint(
+          {...coordinator, onCall},
+          {
+            root,
+            checkpointId: this.flags.id,
+            timeoutS: this.flags.timeout,
+            episodes,
+            renewEveryMs: this.flags['renew-every'] * 1000,
+            keepClosedOnBlockers: this.flags['keep-closed'],
+            log: note,
+            onPhase: (p, s) => (p === 'publish' ? undefined : onPhase(p, s)),
+          },
+        ),
     ).catch((err: unknown) => {
       // Every failure after prepare resumed the fleet: the next step is this command again, under
       // a new ID (a resumed ID is fenced for good).

@@ -35,7 +35,7 @@ as Gym's own collector lays it out, so either can resume the other's run.\n\n${f
     concurrency: Flags.integer({summary: '/run calls in flight at most; 1 to 4096.', default: 64, min: 1, max: 4096}),
     'checkpoint-every': Flags.string({summary: 'Checkpoint period: 90, 90s, 5m, 1h, or off.', default: '5m'}),
     'max-attempts': Flags.integer({summary: 'Failed /run calls a row may have before it counts as failed; 1 to 100.', default: 3, min: 1, max: 100}),
-    resume: Flags.boolean({summary: "Continue the run whose dispatch log and LATEST are in --root (on freshly started servers)."}),
+    resume: Flags.boolean({summary: 'Continue the run whose dispatch log and LATEST are in --root (on freshly started servers).'}),
     timeout: timeoutFlag,
   }
 
@@ -66,7 +66,8 @@ as Gym's own collector lays it out, so either can resume the other's run.\n\n${f
       : discovery.participants.filter((p) => p.kind === 'environment').length === 1
         ? discovery.participants.find((p) => p.kind === 'environment')
         : undefined
-    if (!target) throw new ControllerError('input', f.agent ? `--agent ${f.agent}: no such server in the fleet` : 'the fleet has no single environment server: pass --agent NAME, the server that takes /run')
+    if (!target)
+      throw new ControllerError('input', f.agent ? `--agent ${f.agent}: no such server in the fleet` : 'the fleet has no single environment server: pass --agent NAME, the server that takes /run')
     // The root's lock before the output is opened: opening it for --resume cuts a torn last line,
     // which must never happen to the output of another collector still running.
     const release = await acquirePidLock(root).catch(asInput)
@@ -128,10 +129,19 @@ as Gym's own collector lays it out, so either can resume the other's run.\n\n${f
     const summary = summaryJson(out)
     if (!this.jsonEnabled()) note(`${progressLine(out)}; wall ${(out.wallMs / 1000).toFixed(1)} s; output ${output.file}`)
     if (out.end === 'stopped') {
-      if (out.stopCheckpointed) throw new ControllerError('preempted', `stopped after checkpoint '${out.lastCheckpointId}'; continue with the same command and --resume on a freshly started fleet`, summary)
+      if (out.stopCheckpointed)
+        throw new ControllerError('preempted', `stopped after checkpoint '${out.lastCheckpointId}'; continue with the same command and --resume on a freshly started fleet`, summary)
       throw new ControllerError('interrupted', 'stopped, but the stop checkpoint was not taken; --resume continues from the previous checkpoint, if any', summary)
     }
-    if (out.failedRows.length) throw new ControllerError('participant', `${out.failedRows.length} row(s) failed ${f['max-attempts']} time(s): ${out.failedRows.slice(0, 5).map((r) => `${r.rollout_id} (${r.error})`).join('; ')}`, summary)
+    if (out.failedRows.length)
+      throw new ControllerError(
+        'participant',
+        `${out.failedRows.length} row(s) failed ${f['max-attempts']} time(s): ${out.failedRows
+          .slice(0, 5)
+          .map((r) => `${r.rollout_id} (${r.error})`)
+          .join('; ')}`,
+        summary,
+      )
     return summary
   }
 }

@@ -50,19 +50,27 @@ Progress (each phase's stage, the servers still pending, the time left to the de
       const closed = await closeCheckpoint(coordinator, id, Date.now() / 1000 + this.flags.timeout, note)
       const after = afterClose(id, closed)
       const why = [...down.map((f) => `${f.server} is down (${failureMessage(f)})`), ...lost.map((p) => `${p.server} holds no checkpoint (restarted, or its lease expired)`)].join('; ')
-      const state = closed.resumed && down.length ? `every reachable participant was resumed; ${down.map((f) => f.server).join(', ')} reopen(s) by itself when its lease expires, or resume again once it is back` : after.text
-      throw new ControllerError(down.length ? 'discovery' : 'participant', `checkpoint '${id}' cannot be committed: ${why}; nothing was committed; ${state}. Checkpoint again (a new ID) once every server is back.`, {
-        checkpoint_id: id,
-        unreachable: down,
-        lost: lost.map((p) => p.server),
-      }).withNext(...(down.length ? [nextStep('resume', ['--id', id])] : after.next))
+      const state =
+        closed.resumed && down.length
+          ? `every reachable participant was resumed; ${down.map((f) => f.server).join(', ')} reopen(s) by itself when its lease expires, or resume again once it is back`
+          : after.text
+      throw new ControllerError(
+        down.length ? 'discovery' : 'participant',
+        `checkpoint '${id}' cannot be committed: ${why}; nothing was committed; ${state}. Checkpoint again (a new ID) once every server is back.`,
+        {
+          checkpoint_id: id,
+          unreachable: down,
+          lost: lost.map((p) => p.server),
+        },
+      ).withNext(...(down.length ? [nextStep('resume', ['--id', id])] : after.next))
     }
     if (down.length) throw new CoordinationError('discover', down, 'every participant must answer before a commit; nothing was sent').withNext(nextStep('commit', ['--id', id, ...this.rootArgs()]))
     const notPrepared = discovery.participants.filter((p) => p.status.checkpoint_id !== id || (p.status.phase !== 'prepared' && p.status.phase !== 'committed'))
     if (notPrepared.length) {
-      throw new ControllerError('fleet_state', `not prepared under '${id}': ${notPrepared.map((p) => `${p.server} (${p.status.phase}${p.status.checkpoint_id ? ` of '${p.status.checkpoint_id}'` : ''})`).join(', ')}; nothing was sent`).withNext(
-        nextStep('resume', ['--id', id]),
-      )
+      throw new ControllerError(
+        'fleet_state',
+        `not prepared under '${id}': ${notPrepared.map((p) => `${p.server} (${p.status.phase}${p.status.checkpoint_id ? ` of '${p.status.checkpoint_id}'` : ''})`).join(', ')}; nothing was sent`,
+      ).withNext(nextStep('resume', ['--id', id]))
     }
     const restarts = restartsOf(discovery.participants.map((p) => p.status.report.restarts))
     if (!episodes) warn('no --episode or --episodes-file: committing without a scope; every participant exports all of its live episodes')
@@ -95,7 +103,10 @@ Progress (each phase's stage, the servers still pending, the time left to the de
     const open = [...openCheckpoints(new Map(ps.map((p) => [p.server, p.status]))).keys()]
     if (this.flags.id) return this.flags.id
     if (open.length === 0) throw new ControllerError('fleet_state', 'no participant has an open checkpoint; nothing was sent. Prepare one first.').withNext(nextStep('prepare', this.rootArgs()))
-    if (open.length > 1) throw new ControllerError('fleet_state', `participants hold different checkpoints (${open.join(', ')}); nothing was sent. Pass --id, or resume them and prepare again.`).withNext(...open.map((k) => nextStep('resume', ['--id', k])))
+    if (open.length > 1)
+      throw new ControllerError('fleet_state', `participants hold different checkpoints (${open.join(', ')}); nothing was sent. Pass --id, or resume them and prepare again.`).withNext(
+        ...open.map((k) => nextStep('resume', ['--id', k])),
+      )
     return open[0]!
   }
 }

@@ -13,7 +13,7 @@ export default class Conformance extends BaseCommand<typeof Conformance> {
   static override description = [
     'For teams writing their own participant or upgrading Gym. Each check names the rule and the section of the protocol reference it tests, and passes, fails, or is skipped with the reason.',
     'By default only safe checks run, fit for a live fleet: status reads, and requests that a conforming participant refuses before any state change (a missing, wrong or inexact bearer; unknown keys; bad checkpoint IDs, deadlines, episode IDs and empty lists).',
-    '--destructive drives the whole phase machine on each participant (prepare, renew, commit into a temporary directory, replays and conflicts, resume, fencing, retire and forget) and checks the files it writes byte for byte. Run it on a staging fleet: it is refused (exit 8, nothing sent) when a participant holds live work, unless --force (then each participant\'s commit, with an empty scope, deletes restored state that no replacement has claimed yet). It resumes whatever it opened, also when a check fails or on SIGINT, and it pushes older IDs out of each participant\'s 64-ID fence. The temporary directory is made under --dir (default: the OS temp directory), which every participant must see at the same path, and removed afterwards unless --keep-dir.',
+    "--destructive drives the whole phase machine on each participant (prepare, renew, commit into a temporary directory, replays and conflicts, resume, fencing, retire and forget) and checks the files it writes byte for byte. Run it on a staging fleet: it is refused (exit 8, nothing sent) when a participant holds live work, unless --force (then each participant's commit, with an empty scope, deletes restored state that no replacement has claimed yet). It resumes whatever it opened, also when a check fails or on SIGINT, and it pushes older IDs out of each participant's 64-ID fence. The temporary directory is made under --dir (default: the OS temp directory), which every participant must see at the same path, and removed afterwards unless --keep-dir.",
     `Exit 0 when no check fails (skips allowed), 4 when one does.\n\n${fleetExitCodes('participant', 'fleet_state')}`,
   ].join('\n\n')
   static override examples = [
@@ -36,7 +36,13 @@ export default class Conformance extends BaseCommand<typeof Conformance> {
   async run(): Promise<CommandJson<'conformance'>> {
     const checks = selectChecks(this.flags.only)
     if (this.flags.list) {
-      if (!this.jsonEnabled()) this.log(table(checks.map((c) => ({...c})), ['id', 'section', 'destructive', 'rule']))
+      if (!this.jsonEnabled())
+        this.log(
+          table(
+            checks.map((c) => ({...c})),
+            ['id', 'section', 'destructive', 'rule'],
+          ),
+        )
       return {checks}
     }
     const {coordinator, discovery} = await this.connect(undefined, {tolerant: true})
@@ -56,11 +62,18 @@ export default class Conformance extends BaseCommand<typeof Conformance> {
     const json = conformanceJson(report)
     if (!this.jsonEnabled()) {
       const mark = {pass: color.green('pass'), fail: color.red('FAIL'), skip: color.yellow('skip')}
-      this.log(table(report.results.map((r) => ({check: r.id, section: r.section, server: r.server ?? '*', result: mark[r.result], message: r.message.length > 110 ? `${r.message.slice(0, 109)}…` : r.message})), ['check', 'section', 'server', 'result', 'message']))
+      this.log(
+        table(
+          report.results.map((r) => ({check: r.id, section: r.section, server: r.server ?? '*', result: mark[r.result], message: r.message.length > 110 ? `${r.message.slice(0, 109)}…` : r.message})),
+          ['check', 'section', 'server', 'result', 'message'],
+        ),
+      )
       for (const r of report.results.filter((x) => x.result === 'fail')) note(`${color.red('fail')} ${r.id} on ${r.server ?? 'the fleet'}: ${r.section} ${r.rule}\n  ${r.message}`)
       if (report.checkpointDir) note(`the checkpoint directory was kept: ${report.checkpointDir}`)
       const {pass, fail, skip} = report.counts
-      note(`conformance: ${pass} passed, ${fail} failed, ${skip} skipped on ${report.participants.length} participant(s)${report.destructive ? '' : ' (safe checks; --destructive runs the phase machine on a staging fleet)'}`)
+      note(
+        `conformance: ${pass} passed, ${fail} failed, ${skip} skipped on ${report.participants.length} participant(s)${report.destructive ? '' : ' (safe checks; --destructive runs the phase machine on a staging fleet)'}`,
+      )
     }
     if (report.interrupted) throw new ControllerError('interrupted', 'interrupted; every checkpoint the conformance run opened was resumed', json)
     const failed = report.results.filter((r) => r.result === 'fail')

@@ -23,7 +23,11 @@ run; it passes when the output, sorted by rollout ID, equals an uninterrupted ru
 (no row lost or duplicated). There --episode-count is the number of rows and --root the work directory.\n\n${exitCodesHelp('input', 'participant')}`
   static override examples = ['<%= config.bin %> demo', '<%= config.bin %> demo --episode-count 200 --steps 12 --root /tmp/rehearsal --json', '<%= config.bin %> demo --scenario collect']
   static override flags = {
-    scenario: Flags.string({summary: 'restore: checkpoint, crash, restore (in-process); collect: a collection SIGKILLed mid-run and resumed (processes).', options: ['restore', 'collect'], default: 'restore'}),
+    scenario: Flags.string({
+      summary: 'restore: checkpoint, crash, restore (in-process); collect: a collection SIGKILLed mid-run and resumed (processes).',
+      options: ['restore', 'collect'],
+      default: 'restore',
+    }),
     'episode-count': Flags.integer({summary: 'Episodes to run.', default: 24, min: 1, max: 10_000, aliases: ['episodes']}),
     steps: Flags.integer({summary: 'Steps per episode (each gets 0-2 more).', default: 8, min: 2, max: 1000}),
     'step-ms': Flags.integer({summary: 'Duration of one step, ms.', default: 40, min: 1, max: 10_000}),
@@ -49,7 +53,15 @@ run; it passes when the output, sorted by rollout ID, equals an uninterrupted ru
       this.log(`checkpoint: ${r.checkpointDir}`)
       this.log(`verify it:  gymckpt verify ${r.root}`)
     }
-    if (!r.ok) throw new ControllerError('participant', `demo failed: ${r.mismatches.length} result(s) differ from the uninterrupted run: ${r.mismatches.slice(0, 5).map((m) => m.rolloutId).join(', ')}`, {checkpoint_dir: r.checkpointDir, mismatches: mismatchesJson(r.mismatches)})
+    if (!r.ok)
+      throw new ControllerError(
+        'participant',
+        `demo failed: ${r.mismatches.length} result(s) differ from the uninterrupted run: ${r.mismatches
+          .slice(0, 5)
+          .map((m) => m.rolloutId)
+          .join(', ')}`,
+        {checkpoint_dir: r.checkpointDir, mismatches: mismatchesJson(r.mismatches)},
+      )
     return {
       passed: r.ok,
       episodes: r.episodes,
@@ -87,7 +99,12 @@ run; it passes when the output, sorted by rollout ID, equals an uninterrupted ru
     if (!r.ok) {
       throw new ControllerError(
         'participant',
-        `demo failed: ${bad} row(s) differ from the uninterrupted run: lost ${r.missing.slice(0, 5).join(', ') || 'none'}; duplicated ${r.duplicated.slice(0, 5).join(', ') || 'none'}; different ${r.mismatches.slice(0, 5).map((m) => m.rolloutId).join(', ') || 'none'}`,
+        `demo failed: ${bad} row(s) differ from the uninterrupted run: lost ${r.missing.slice(0, 5).join(', ') || 'none'}; duplicated ${r.duplicated.slice(0, 5).join(', ') || 'none'}; different ${
+          r.mismatches
+            .slice(0, 5)
+            .map((m) => m.rolloutId)
+            .join(', ') || 'none'
+        }`,
         {root: r.root, output: r.output, missing: r.missing, duplicated: r.duplicated, mismatches: mismatchesJson(r.mismatches)},
       )
     }

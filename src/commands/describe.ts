@@ -92,7 +92,12 @@ export default class Describe extends BaseCommand<typeof Describe> {
     for (const p of json.participants) if (p.error) note(`${p.kind}/${p.instance}: ${p.error}`)
     this.log('')
     this.log(color.bold(`RESTORES (${json.restores.length})`))
-    this.log(table(json.restores.map((r) => ({...r, participants: r.participant_count, time: r.time.replace(/\.\d+Z$/, 'Z')})), ['restore_id', 'time', 'outcome', 'participants']))
+    this.log(
+      table(
+        json.restores.map((r) => ({...r, participants: r.participant_count, time: r.time.replace(/\.\d+Z$/, 'Z')})),
+        ['restore_id', 'time', 'outcome', 'participants'],
+      ),
+    )
     for (const r of json.restores) if (r.error) this.log(`${r.restore_id}: ${r.error}`)
     if (json.verify) {
       for (const p of json.verify.problems) note(`${p.severity === 'error' ? color.red('error') : p.severity === 'warning' ? color.yellow('warning') : 'note'}: ${p.where}: ${p.message}`)

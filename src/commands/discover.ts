@@ -7,10 +7,7 @@ export default class Discover extends BaseCommand<typeof Discover> {
   static override description = `Probes every server's checkpoint status route. A 404 means "not a participant" (skipped);
 a server that is down, silent, refuses the token or reports an unknown kind fails discovery, and so
 does a fleet without a policy model.\n\n${fleetExitCodes()}`
-  static override examples = [
-    '<%= config.bin %> discover --head http://head:11000',
-    '<%= config.bin %> discover --server env=http://127.0.0.1:9001 --server policy=http://127.0.0.1:9002 --json',
-  ]
+  static override examples = ['<%= config.bin %> discover --head http://head:11000', '<%= config.bin %> discover --server env=http://127.0.0.1:9001 --server policy=http://127.0.0.1:9002 --json']
   static override flags = {...fleetFlags}
 
   async run(): Promise<CommandJson<'discover'>> {

@@ -4,7 +4,7 @@ import {renew} from '../coordination/operations.js'
 import type {CommandJson} from '../cli/json-schemas.js'
 
 export default class Renew extends BaseCommand<typeof Renew> {
-  static override summary = 'Extend every participant\'s lease on an open checkpoint.'
+  static override summary = "Extend every participant's lease on an open checkpoint."
   static override description = `Leases end at deadline + grace; renew when publishing takes longer than expected. A lease
 never moves earlier.\n\n${fleetExitCodes('participant')}`
   static override examples = ['<%= config.bin %> renew --fleet fleet.yaml --id ckpt-20261202T120000-1a2b3c4d --timeout 900']

@@ -36,7 +36,14 @@ Progress (each phase's stage, the servers still pending, the time left to the de
 
   async run(): Promise<CommandJson<'restore'>> {
     const {coordinator} = await this.connect()
-    const opts = {location: await this.rootDir(this.args.location, this.flags.root), checkpointId: this.flags.id, timeoutS: this.flags.timeout, skipVerify: this.flags['skip-verify'], keepClosed: this.flags['no-resume'], log: note}
+    const opts = {
+      location: await this.rootDir(this.args.location, this.flags.root),
+      checkpointId: this.flags.id,
+      timeoutS: this.flags.timeout,
+      skipVerify: this.flags['skip-verify'],
+      keepClosed: this.flags['no-resume'],
+      log: note,
+    }
     if (this.flags['dry-run']) {
       const plan = await planRestore(coordinator, opts)
       if (!this.jsonEnabled()) this.render(plan, true)
@@ -76,7 +83,12 @@ Progress (each phase's stage, the servers still pending, the time left to the de
     for (const p of plan.verify?.problems ?? []) note(`${p.severity}: ${p.where}: ${p.message}`)
     for (const b of plan.busy) note(`busy: ${b.server} ${b.reasons.join(', ')}`)
     for (const u of plan.unreachable) note(`unreachable: ${u.server}: ${u.message}`)
-    note(table(plan.participants.map((p) => ({server: p.server, kind: p.kind, instance: p.instance, records: p.records, install: p.install, skip: p.skip})), ['server', 'kind', 'instance', 'records', 'install', 'skip']))
+    note(
+      table(
+        plan.participants.map((p) => ({server: p.server, kind: p.kind, instance: p.instance, records: p.records, install: p.install, skip: p.skip})),
+        ['server', 'kind', 'instance', 'records', 'install', 'skip'],
+      ),
+    )
     const verb = dryRun ? 'would ' : ''
     note(`${dryRun ? 'restore would' : 'restore'} of ${plan.checkpointId}: ${verb}continue ${plan.replacements.length} episode(s) at attempt + 1 on ${plan.participants.length} participant(s)`)
     note(`dispatch next (attempt + 1, from its boundary): ${keys(plan.replacements)}`)

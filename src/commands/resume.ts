@@ -22,7 +22,8 @@ themselves when their lease expires.\n\n${fleetExitCodes('participant')}`
     const active = [...openCheckpoints(statuses).keys()]
     let id = this.flags.id
     if (!id) {
-      if (active.length > 1) throw new ControllerError('input', `participants report several active checkpoints (${active.join(', ')}); pass --id`).withNext(...active.map((k) => nextStep('resume', ['--id', k])))
+      if (active.length > 1)
+        throw new ControllerError('input', `participants report several active checkpoints (${active.join(', ')}); pass --id`).withNext(...active.map((k) => nextStep('resume', ['--id', k])))
       id = active[0]
     }
     const down = discovery.failures.filter((f) => f.code !== 'no_model')

@@ -4,7 +4,7 @@ import {ControllerError, CoordinationError, failureMessage} from '../coordinatio
 import type {CommandJson} from '../cli/json-schemas.js'
 
 export default class Status extends BaseCommand<typeof Status> {
-  static override summary = 'Show every participant\'s phase, checkpoint, lease and readiness.'
+  static override summary = "Show every participant's phase, checkpoint, lease and readiness."
   static override description = `One status call per participant, all at once. Servers that fail their probe are listed too,
 with their error, and the command then exits 3.\n\n${fleetExitCodes()}`
   static override examples = ['<%= config.bin %> status --fleet fleet.yaml', '<%= config.bin %> status --head http://head:11000 --json | jq .participants']

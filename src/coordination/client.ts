@@ -63,7 +63,14 @@ export class ControlClient {
    * POSTs the same body bytes to every server at once. They share one deadline, so they share
    * one timeout signal: no timer per call.
    */
-  async callAll<O extends Operation>(servers: ServerRef[], op: O, body: Buffer, deadlineTs: number, signal?: AbortSignal, onResult?: (r: CallResult<ReplyOf<O>>) => void): Promise<CallResult<ReplyOf<O>>[]> {
+  async callAll<O extends Operation>(
+    servers: ServerRef[],
+    op: O,
+    body: Buffer,
+    deadlineTs: number,
+    signal?: AbortSignal,
+    onResult?: (r: CallResult<ReplyOf<O>>) => void,
+  ): Promise<CallResult<ReplyOf<O>>[]> {
     const limits = this.limits(this.timeoutMs(deadlineTs), signal)
     const schema = REPLY_SCHEMAS[op] as unknown as z.ZodType<ReplyOf<O>>
     try {
@@ -119,14 +126,7 @@ export class ControlClient {
     }
   }
 
-  private async exchange<T>(
-    server: ServerRef,
-    method: 'GET' | 'POST',
-    route: string,
-    body: Buffer | undefined,
-    limits: Limits,
-    schema: z.ZodType<T>,
-  ): Promise<CallResult<T>> {
+  private async exchange<T>(server: ServerRef, method: 'GET' | 'POST', route: string, body: Buffer | undefined, limits: Limits, schema: z.ZodType<T>): Promise<CallResult<T>> {
     const fail = (status: number | null, code: string | null, message: string): CallResult<T> => ({ok: false, failure: {server: server.name, status, code, message}})
     const {timeoutMs} = limits
     const signal = limits.signal()

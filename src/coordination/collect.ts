@@ -102,7 +102,22 @@ export class Collector {
     private readonly opts: CollectOptions,
   ) {
     this.data = new Agent({connections: opts.concurrency, headersTimeout: 0, bodyTimeout: 0, keepAliveTimeout: 30_000})
-    this.stats = {total: opts.rows.length, done: 0, failed: 0, inFlight: 0, queued: 0, retried: 0, checkpoints: 0, checkpointsMissed: 0, checkpointsFailed: 0, restores: 0, restoresFailed: 0, lastCheckpointId: null, lastCheckpointAt: null, pausesMs: []}
+    this.stats = {
+      total: opts.rows.length,
+      done: 0,
+      failed: 0,
+      inFlight: 0,
+      queued: 0,
+      retried: 0,
+      checkpoints: 0,
+      checkpointsMissed: 0,
+      checkpointsFailed: 0,
+      restores: 0,
+      restoresFailed: 0,
+      lastCheckpointId: null,
+      lastCheckpointAt: null,
+      pausesMs: [],
+    }
   }
 
   /** SIGUSR1: take a checkpoint as soon as possible and go on. */
@@ -334,7 +349,12 @@ export class Collector {
   private async retireFailed(): Promise<void> {
     const batch = this.toRetire.splice(0, RETIRE_BATCH)
     try {
-      await retire(this.c, 'retire', batch.map((p) => ({rolloutId: p.row.rolloutId, attempt: p.attempt})), Date.now() / 1000 + this.opts.timeoutS)
+      await retire(
+        this.c,
+        'retire',
+        batch.map((p) => ({rolloutId: p.row.rolloutId, attempt: p.attempt})),
+        Date.now() / 1000 + this.opts.timeoutS,
+      )
     } catch (err) {
       this.opts.log(`retire of ${batch.length} failed attempt(s) failed, retrying in 1 s: ${(err as Error).message}`)
       this.toRetire.unshift(...batch)

@@ -74,8 +74,13 @@ export const CHECKS: readonly CheckDef[] = [
   c('outside.forget-open', '§3.2, §4.5', 'forget while a checkpoint is open → 409 invalid_phase', true),
   c('commit.restart-in-scope', '§4.6', 'a commit scope naming a reported restart → 409 restart_in_scope', true),
   c('commit.reply', '§4.6', 'commit into a new directory → 200 {"phase": "committed", manifest (own kind, instance, the ID), episode_ids}; status committed', true),
-  c('store.manifest', '§7.2', 'manifest.json: sorted keys, indent 1, ASCII, no trailing newline; schema_version 1; equal to the commit reply\'s manifest', true),
-  c('store.records', '§7.1, §7.4', 'one records-<sha256>.jsonl named for its content\'s digest = records_sha256, record_count lines each ending in \\n, episode_ids = its sorted keys; no other files', true),
+  c('store.manifest', '§7.2', "manifest.json: sorted keys, indent 1, ASCII, no trailing newline; schema_version 1; equal to the commit reply's manifest", true),
+  c(
+    'store.records',
+    '§7.1, §7.4',
+    "one records-<sha256>.jsonl named for its content's digest = records_sha256, record_count lines each ending in \\n, episode_ids = its sorted keys; no other files",
+    true,
+  ),
   c('store.lines', '§7.4', 'each record line is Python json.dumps output (", " and ": ", ASCII escapes, key order kept), episode_id first', true),
   c('store.manifest-last', '§7.3', 'the manifest is written after the records file', true),
   c('commit.replay', '§3.4, §3.5', 'commit again with equal arguments → the same reply', true),
@@ -295,7 +300,13 @@ class Session {
     if (signal) signals.push(signal)
     let r: RawReply
     try {
-      const res = await request(`${this.p.url.replace(/\/$/, '')}${CHECKPOINT_ROUTE_PREFIX}/${route}`, {method, headers, body, dispatcher: this.run.client.dispatcher, signal: AbortSignal.any(signals)})
+      const res = await request(`${this.p.url.replace(/\/$/, '')}${CHECKPOINT_ROUTE_PREFIX}/${route}`, {
+        method,
+        headers,
+        body,
+        dispatcher: this.run.client.dispatcher,
+        signal: AbortSignal.any(signals),
+      })
       const text = await res.body.text()
       let json: unknown
       try {
@@ -386,10 +397,16 @@ class Session {
 
     const st = await this.raw('GET', 'status', undefined, auth)
     const parsed = st.status === 200 ? StrictStatus.safeParse(st.json) : null
-    this.put('status.reply', st.status !== 200 ? fail(describeRaw(st)) : parsed!.success ? pass(`${this.p.kind}/${this.p.instance} ${parsed!.data.phase}`) : fail(`status reply ${issue(parsed!.error)}`))
+    this.put(
+      'status.reply',
+      st.status !== 200 ? fail(describeRaw(st)) : parsed!.success ? pass(`${this.p.kind}/${this.p.instance} ${parsed!.data.phase}`) : fail(`status reply ${issue(parsed!.error)}`),
+    )
     const json = (st.status === 200 && st.json && typeof st.json === 'object' ? st.json : {}) as Record<string, unknown>
     const kind = json.kind
-    this.put('status.kind', typeof kind === 'string' && (KINDS as readonly string[]).includes(kind) ? pass(kind) : fail(`kind ${clipInput(JSON.stringify(kind) ?? 'missing')} is not one of ${KINDS.join(', ')}`))
+    this.put(
+      'status.kind',
+      typeof kind === 'string' && (KINDS as readonly string[]).includes(kind) ? pass(kind) : fail(`kind ${clipInput(JSON.stringify(kind) ?? 'missing')} is not one of ${KINDS.join(', ')}`),
+    )
     const instance = json.instance
     this.put(
       'status.instance',
@@ -471,7 +488,11 @@ class Session {
         ['an unknown key', 'prepare', {checkpoint_id: this.freshId(), deadline_ts: past(), ...extra}],
         ['an unknown key', 'resume', {checkpoint_id: this.freshId(), deadline_ts: this.deadline(), ...extra}],
         ['an unknown key', 'commit', {checkpoint_id: this.freshId(), deadline_ts: this.deadline(), checkpoint_dir: nowhere, episode_ids: [], ...extra}],
-        ['an unknown key in an EpisodeId', 'commit', {checkpoint_id: this.freshId(), deadline_ts: this.deadline(), checkpoint_dir: nowhere, episode_ids: [{rollout_id: this.freshRollout(), attempt: 0, ...extra}]}],
+        [
+          'an unknown key in an EpisodeId',
+          'commit',
+          {checkpoint_id: this.freshId(), deadline_ts: this.deadline(), checkpoint_dir: nowhere, episode_ids: [{rollout_id: this.freshRollout(), attempt: 0, ...extra}]},
+        ],
       ]),
     )
     await this.check('refuse.checkpoint-id', () => {
@@ -516,7 +537,9 @@ class Session {
         ['a capture-key string instead of an object', r],
       ]
       // commit of a new ID: were the body accepted, the phase rule would still refuse it (409).
-      return expect422(variants.map(([what, e]): Variant => [`an EpisodeId with ${what}`, 'commit', {checkpoint_id: this.freshId(), deadline_ts: this.deadline(), checkpoint_dir: nowhere, episode_ids: [e]}]))
+      return expect422(
+        variants.map(([what, e]): Variant => [`an EpisodeId with ${what}`, 'commit', {checkpoint_id: this.freshId(), deadline_ts: this.deadline(), checkpoint_dir: nowhere, episode_ids: [e]}]),
+      )
     })
     await this.check('refuse.empty-lists', () =>
       expect422([
@@ -556,7 +579,9 @@ class Session {
       if (prep.status !== 200) o = fail(`prepare: ${describeRaw(prep)}`)
       else if (pj.phase !== 'prepared') {
         const rep = (pj.report ?? {}) as {blockers?: unknown}
-        o = fail(`prepare replied phase ${JSON.stringify(pj.phase)}${pj.phase === 'preparing' ? `: not ready by the deadline, blockers ${clipInput(JSON.stringify(rep.blockers), 120)} (is the fleet idle?)` : ''}`)
+        o = fail(
+          `prepare replied phase ${JSON.stringify(pj.phase)}${pj.phase === 'preparing' ? `: not ready by the deadline, blockers ${clipInput(JSON.stringify(rep.blockers), 120)} (is the fleet idle?)` : ''}`,
+        )
       } else {
         const schema = StrictReport.safeParse(pj.report)
         if (!schema.success) o = fail(`prepare reply report ${issue(schema.error)}`)
@@ -568,7 +593,20 @@ class Session {
     }
     const needPrepared = skip(`needs a prepared checkpoint, and prepare of ${a} did not leave the participant prepared (see phase.prepare)`)
     if (!prepared) {
-      for (const id of ['phase.prepare-replay', 'lease.renew', 'fence.conflict', 'outside.retire-open', 'outside.forget-open', 'commit.restart-in-scope', 'commit.reply', ...AFTER_COMMIT, 'phase.resume', 'phase.resume-again', 'fence.stale-prepare']) this.put(id, needPrepared)
+      for (const id of [
+        'phase.prepare-replay',
+        'lease.renew',
+        'fence.conflict',
+        'outside.retire-open',
+        'outside.forget-open',
+        'commit.restart-in-scope',
+        'commit.reply',
+        ...AFTER_COMMIT,
+        'phase.resume',
+        'phase.resume-again',
+        'fence.stale-prepare',
+      ])
+        this.put(id, needPrepared)
       await this.undo(a)
     } else {
       await this.whilePrepared(a, dl, scratch, prep.json)
@@ -586,7 +624,9 @@ class Session {
       )
       await this.check('phase.resume-again', async () => {
         const again = await this.call('resume', {checkpoint_id: a, deadline_ts: this.deadline()})
-        return again.ok && again.reply.phase === 'idle' && again.reply.idempotent === true ? pass('idle, idempotent true') : fail(`second resume: ${describeCall(again)}, want {"phase": "idle", "idempotent": true}`)
+        return again.ok && again.reply.phase === 'idle' && again.reply.idempotent === true
+          ? pass('idle, idempotent true')
+          : fail(`second resume: ${describeCall(again)}, want {"phase": "idle", "idempotent": true}`)
       })
       await this.check('fence.stale-prepare', async () => {
         const r = await this.call('prepare', {checkpoint_id: a, deadline_ts: this.deadline()})
@@ -601,7 +641,9 @@ class Session {
       if (!r.ok || r.reply.phase !== 'idle' || r.reply.idempotent !== true) return fail(`resume of a never-seen ID from idle: ${describeCall(r)}, want {"phase": "idle", "idempotent": true}`)
       const p = await this.call('prepare', {checkpoint_id: id, deadline_ts: this.deadline()})
       if (p.ok) await this.undo(id)
-      return refusedWith(p, 409, 'stale_checkpoint') ? pass('idempotent resume fenced it: prepare → 409 stale_checkpoint') : fail(`prepare after that resume: ${describeCall(p)}: the resume did not fence the ID`)
+      return refusedWith(p, 409, 'stale_checkpoint')
+        ? pass('idempotent resume fenced it: prepare → 409 stale_checkpoint')
+        : fail(`prepare after that resume: ${describeCall(p)}: the resume did not fence the ID`)
     })
 
     await this.check('fence.window', async () => {
@@ -625,7 +667,9 @@ class Session {
       }
       const last = await this.call('prepare', {checkpoint_id: x, deadline_ts: this.deadline()})
       if (last.ok) await this.undo(x)
-      return refusedWith(last, 409, 'stale_checkpoint') ? pass('still 409 stale_checkpoint after 63 newer resumed IDs') : fail(`after 63 newer resumed IDs, prepare of ${x}: ${describeCall(last)}: fewer than 64 resumed IDs are kept`)
+      return refusedWith(last, 409, 'stale_checkpoint')
+        ? pass('still 409 stale_checkpoint after 63 newer resumed IDs')
+        : fail(`after 63 newer resumed IDs, prepare of ${x}: ${describeCall(last)}: fewer than 64 resumed IDs are kept`)
     })
   }
 
@@ -692,7 +736,8 @@ class Session {
             return false
           }
         })
-        if (!valid) this.put('commit.restart-in-scope', skip('this participant reports no restart (report.restarts is empty); it can be checked only while it runs a restart-only episode, with --force'))
+        if (!valid)
+          this.put('commit.restart-in-scope', skip('this participant reports no restart (report.restarts is empty); it can be checked only while it runs a restart-only episode, with --force'))
         else {
           const body = {...commitBody, episode_ids: [toWire(fromCaptureKey(valid))]}
           const r = await this.rawPost('commit', body)
@@ -702,7 +747,12 @@ class Session {
             commitBody = body
           }
           const env = ErrorEnvelope.safeParse(r.json)
-          this.put('commit.restart-in-scope', r.status === 409 && env.success && env.data.error.code === 'restart_in_scope' ? pass(`409 restart_in_scope for reported restart ${valid}`) : fail(`commit naming reported restart ${valid}: ${describeRaw(r)}`))
+          this.put(
+            'commit.restart-in-scope',
+            r.status === 409 && env.success && env.data.error.code === 'restart_in_scope'
+              ? pass(`409 restart_in_scope for reported restart ${valid}`)
+              : fail(`commit naming reported restart ${valid}: ${describeRaw(r)}`),
+          )
         }
       }
       committed ??= await this.rawPost('commit', commitBody)
@@ -724,7 +774,8 @@ class Session {
       else if (!reply!.success) o = fail(`commit reply ${issue(reply!.error)}`)
       else {
         const m = reply!.data.manifest
-        if (m.kind !== this.p.kind || m.instance !== this.p.instance || m.checkpoint_id !== a) o = fail(`commit reply manifest names ${m.kind}/${m.instance} checkpoint ${m.checkpoint_id}, not ${this.p.kind}/${this.p.instance} checkpoint ${a}`)
+        if (m.kind !== this.p.kind || m.instance !== this.p.instance || m.checkpoint_id !== a)
+          o = fail(`commit reply manifest names ${m.kind}/${m.instance} checkpoint ${m.checkpoint_id}, not ${this.p.kind}/${this.p.instance} checkpoint ${a}`)
         else if (after?.phase !== 'committed' || after.checkpoint_id !== a) o = fail(`after commit, status is ${after?.phase} under ${after?.checkpoint_id}, not committed under ${a}`)
         else o = pass(`committed ${m.record_count} record(s) into ${checkpointDir}`)
       }
@@ -796,8 +847,9 @@ async function checkManifestFile(pdir: string, want: {kind: string; instance: st
   if (text !== expected) return fail(`manifest.json is not json.dumps(sort_keys=True, indent=1) output, ${firstDifference(text, expected)}`)
   const o = m as Record<string, unknown>
   if (o.schema_version !== 1) return fail(`schema_version ${JSON.stringify(o.schema_version)}, not 1`)
-  if (o.kind !== want.kind || o.instance !== want.instance || o.checkpoint_id !== want.checkpointId) return fail(`names ${String(o.kind)}/${String(o.instance)} checkpoint ${String(o.checkpoint_id)}, not ${want.kind}/${want.instance} checkpoint ${want.checkpointId}`)
-  if (encodeManifest(replyManifest) !== text) return fail("manifest.json differs from the manifest in the commit reply")
+  if (o.kind !== want.kind || o.instance !== want.instance || o.checkpoint_id !== want.checkpointId)
+    return fail(`names ${String(o.kind)}/${String(o.instance)} checkpoint ${String(o.checkpoint_id)}, not ${want.kind}/${want.instance} checkpoint ${want.checkpointId}`)
+  if (encodeManifest(replyManifest) !== text) return fail('manifest.json differs from the manifest in the commit reply')
   return pass(`${bytes.length} bytes, sorted keys, indent 1, no trailing newline; equal to the commit reply's`)
 }
 
@@ -827,7 +879,8 @@ async function checkRecordsFile(pdir: string, checkpointDir: string, who: {kind:
   const unique = [...new Set(read.keys)].sort()
   if (unique.length !== read.keys.length) return fail(`${recordsFile} holds ${read.keys.length - unique.length} duplicate record(s) of one episode`)
   const want = [...replyKeys]
-  if (canonical(unique) !== canonical(want)) return fail(`the commit reply's episode_ids ${clipInput(JSON.stringify(want), 100)} are not the sorted capture keys of the records ${clipInput(JSON.stringify(unique), 100)}`)
+  if (canonical(unique) !== canonical(want))
+    return fail(`the commit reply's episode_ids ${clipInput(JSON.stringify(want), 100)} are not the sorted capture keys of the records ${clipInput(JSON.stringify(unique), 100)}`)
   const extra = names.filter((n) => n !== MANIFEST_FILE && n !== recordsFile)
   if (extra.length) return fail(`other files left in ${pdir}: ${clipInput(extra.join(', '), 160)} (temporary files are removed; one records file per commit)`)
   return pass(`${read.keys.length} record(s), ${read.bytes} bytes; name = content sha256 = records_sha256; record_count matches`)
@@ -996,7 +1049,7 @@ export async function runConformance(o: ConformanceOptions): Promise<Conformance
 
   const order = new Map(CHECKS.map((d, i) => [d.id, i]))
   const servers = new Map(targets.map((p, i) => [p.server, i]))
-  results.sort((a, b) => order.get(a.id)! - order.get(b.id)! || (a.server === null ? -1 : servers.get(a.server) ?? 1e9) - (b.server === null ? -1 : servers.get(b.server) ?? 1e9))
+  results.sort((a, b) => order.get(a.id)! - order.get(b.id)! || (a.server === null ? -1 : (servers.get(a.server) ?? 1e9)) - (b.server === null ? -1 : (servers.get(b.server) ?? 1e9)))
   const counts = {pass: 0, fail: 0, skip: 0}
   for (const r of results) counts[r.result]++
   return {

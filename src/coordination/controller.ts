@@ -78,7 +78,9 @@ export class LeaseKeeper {
 
   start(): this {
     this.timer = setInterval(() => {
-      this.running = renew({...this.c, signal: undefined, onStage: undefined, onCall: undefined}, this.checkpointId, Date.now() / 1000 + this.extendS).catch((err: Error) => this.log(`lease renewal failed: ${err.message}`))
+      this.running = renew({...this.c, signal: undefined, onStage: undefined, onCall: undefined}, this.checkpointId, Date.now() / 1000 + this.extendS).catch((err: Error) =>
+        this.log(`lease renewal failed: ${err.message}`),
+      )
     }, this.everyMs)
     this.timer.unref()
     return this
@@ -176,13 +178,18 @@ export async function prepareOrAbort(c: Coordinator, id: string, deadlineTs: num
     .join('; ')
   const details = {checkpoint_id: id, blockers: Object.fromEntries(Object.entries(blockers).map(([s, b]) => [s, {blockers: b.blockers, blocker_count: b.blockerCount}])), not_reached: prep.notReached}
   if (opts.keepClosed) {
-    throw new ControllerError('not_prepared', `checkpoint '${id}' was not prepared before its deadline; blockers: ${list}. The fleet is left closed for inspection: resume '${id}' when done.`, details).withNext(
-      nextStep('status'),
-      nextStep('resume', ['--id', id]),
-    )
+    throw new ControllerError(
+      'not_prepared',
+      `checkpoint '${id}' was not prepared before its deadline; blockers: ${list}. The fleet is left closed for inspection: resume '${id}' when done.`,
+      details,
+    ).withNext(nextStep('status'), nextStep('resume', ['--id', id]))
   }
   const a = afterClose(id, await closeCheckpoint(c, id, deadlineTs, opts.log))
-  throw new ControllerError('not_prepared', `checkpoint '${id}' was not prepared before its deadline; blockers: ${list}. ${a.text}; wait for the blockers or retire them, then checkpoint again (a new ID).`, details).withNext(...a.next)
+  throw new ControllerError(
+    'not_prepared',
+    `checkpoint '${id}' was not prepared before its deadline; blockers: ${list}. ${a.text}; wait for the blockers or retire them, then checkpoint again (a new ID).`,
+    details,
+  ).withNext(...a.next)
 }
 
 export interface CommitPlan {
@@ -289,7 +296,13 @@ export async function commitAndPublish(c: Coordinator, plan: CommitPlan): Promis
       throw new ControllerError('invalid_checkpoint', `cannot write the controller manifest of ${checkpointDir}: ${describeFsError(err)}; LATEST was not moved`)
     }
     if (plan.collectionRunId) {
-      await writeCollectionManifest(checkpointDir, {checkpoint_id: plan.checkpointId, run_id: plan.collectionRunId, created_at: manifest.created_at, continued: manifest.continued, restarted: manifest.restarted}).catch((err: unknown) => {
+      await writeCollectionManifest(checkpointDir, {
+        checkpoint_id: plan.checkpointId,
+        run_id: plan.collectionRunId,
+        created_at: manifest.created_at,
+        continued: manifest.continued,
+        restarted: manifest.restarted,
+      }).catch((err: unknown) => {
         throw new ControllerError('invalid_checkpoint', `cannot write ${path.join(checkpointDir, 'collection.json')}: ${describeFsError(err)}; LATEST was not moved`)
       })
     }
@@ -317,14 +330,22 @@ export async function commitAndPublish(c: Coordinator, plan: CommitPlan): Promis
 }
 
 /** Records and bytes per committing server: bytes from the publish gate's verify, else a stat of the records file. */
-async function committedSizes(checkpointDir: string, replies: Map<string, CommitReply>, verified: {kind: string; instance: string; bytes: number}[]): Promise<Map<string, {records: number; bytes: number | null}>> {
+async function committedSizes(
+  checkpointDir: string,
+  replies: Map<string, CommitReply>,
+  verified: {kind: string; instance: string; bytes: number}[],
+): Promise<Map<string, {records: number; bytes: number | null}>> {
   const out = new Map<string, {records: number; bytes: number | null}>()
   await Promise.all(
     [...replies].map(async ([server, r]) => {
       const m = r.manifest
       let bytes = verified.find((v) => v.kind === m.kind && v.instance === m.instance)?.bytes ?? null
       // Names from a participant are untrusted: only a base name is joined, and only stat'ed.
-      if (bytes === null) bytes = await stat(path.join(checkpointDir, 'gym', path.basename(m.kind), path.basename(m.instance), path.basename(m.records_file))).then((st) => st.size, () => null)
+      if (bytes === null)
+        bytes = await stat(path.join(checkpointDir, 'gym', path.basename(m.kind), path.basename(m.instance), path.basename(m.records_file))).then(
+          (st) => st.size,
+          () => null,
+        )
       out.set(server, {records: m.record_count, bytes})
     }),
   )
@@ -378,7 +399,16 @@ export async function checkpoint(c: Coordinator, opts: CheckpointOptions): Promi
   try {
     phase('commit', 'start')
     const episodes = opts.episodes !== undefined ? opts.episodes : opts.tracker ? opts.tracker.candidates() : null
-    outcome = await commitAndPublish(c, {checkpointId: id, root: opts.root, episodes, restarts: prep.restarts(), deadlineTs, tracker: opts.tracker, controllerState: opts.controllerState, collectionRunId: opts.collectionRunId})
+    outcome = await commitAndPublish(c, {
+      checkpointId: id,
+      root: opts.root,
+      episodes,
+      restarts: prep.restarts(),
+      deadlineTs,
+      tracker: opts.tracker,
+      controllerState: opts.controllerState,
+      collectionRunId: opts.collectionRunId,
+    })
     phase('commit', 'done')
   } catch (err) {
     phase('commit', 'failed')
@@ -392,7 +422,8 @@ export async function checkpoint(c: Coordinator, opts: CheckpointOptions): Promi
   const after = afterClose(id, closed)
   if (error !== undefined || !outcome) {
     if (c.signal?.aborted) throw new ControllerError('interrupted', `interrupted during checkpoint '${id}'; nothing was published; ${after.text}`).withNext(...after.next)
-    if (error instanceof CoordinationError) throw new CoordinationError(error.operation, error.failures, `nothing was published; ${after.text}; checkpoint again (under a new ID)`).withNext(...after.next)
+    if (error instanceof CoordinationError)
+      throw new CoordinationError(error.operation, error.failures, `nothing was published; ${after.text}; checkpoint again (under a new ID)`).withNext(...after.next)
     if (error instanceof ControllerError) throw new ControllerError(error.code, `${error.message}; ${after.text}`, error.details).withNext(...after.next)
     throw error
   }
@@ -403,7 +434,12 @@ export async function checkpoint(c: Coordinator, opts: CheckpointOptions): Promi
   }
   // A signal that came while the fleet was being resumed: the checkpoint stands, and the caller
   // still learns it was interrupted (exit 130), as for any other phase.
-  if (c.signal?.aborted) throw new ControllerError('interrupted', `interrupted after checkpoint '${id}' was published; the fleet was resumed`, {checkpoint_id: id, checkpoint_dir: outcome.checkpointDir, published: outcome.published})
+  if (c.signal?.aborted)
+    throw new ControllerError('interrupted', `interrupted after checkpoint '${id}' was published; the fleet was resumed`, {
+      checkpoint_id: id,
+      checkpoint_dir: outcome.checkpointDir,
+      published: outcome.published,
+    })
   const sizes = new Map(outcome.timings.map((t) => [t.server, {records: t.records, bytes: t.bytes}]))
   return {...outcome, prepare: prep, timings: timer.table(c.participants, sizes)}
 }

@@ -157,7 +157,6 @@ export function isSafeComponent(name: string): boolean {
   return name.length <= 128 && SAFE_ID_PATTERN.test(name)
 }
 
-
 export function sortParticipants<T extends {kind: Kind; server: string}>(ps: T[]): T[] {
   return [...ps].sort((a, b) => KIND_ORDER.indexOf(a.kind) - KIND_ORDER.indexOf(b.kind) || a.server.localeCompare(b.server))
 }
@@ -189,7 +188,12 @@ export async function discover(client: ControlClient, servers: ServerRef[], opts
           } else if (!isSafeComponent(instance)) {
             // The instance names the participant's directory under the checkpoint: '../x' or 'a/b'
             // would put its files outside it (Gym's store refuses such names too, section 7.1).
-            failures.push({server: s.name, status: 200, code: 'unsafe_instance', message: `instance '${clipInput(instance)}' is not a safe path component (${SAFE_ID_PATTERN.source}, at most 128 characters)`})
+            failures.push({
+              server: s.name,
+              status: 200,
+              code: 'unsafe_instance',
+              message: `instance '${clipInput(instance)}' is not a safe path component (${SAFE_ID_PATTERN.source}, at most 128 characters)`,
+            })
           } else participants.push({server: s.name, url: s.url, kind: kind as Kind, instance, status: r.reply})
           return
         }

@@ -50,7 +50,14 @@ export async function fanOut<O extends Operation>(c: Coordinator, op: O, members
   const settled = onCall
     ? (r: CallResult<ReplyOf<O>>) => onCall({operation: op, stage, server: r.ok ? r.server : r.failure.server, deadlineTs, ms: performance.now() - sent, ok: r.ok, code: r.ok ? null : r.failure.code})
     : undefined
-  const results = await c.client.callAll(members.map((m) => ({name: m.server, url: m.url})), op, body, deadlineTs, c.signal, settled)
+  const results = await c.client.callAll(
+    members.map((m) => ({name: m.server, url: m.url})),
+    op,
+    body,
+    deadlineTs,
+    c.signal,
+    settled,
+  )
   const replies = new Map<string, ReplyOf<O>>()
   const failures: ParticipantFailure[] = []
   for (const r of results) {
@@ -62,9 +69,7 @@ export async function fanOut<O extends Operation>(c: Coordinator, op: O, members
 }
 
 function stagesOf(participants: Participant[], order: readonly (readonly Kind[])[]): {name: string; members: Participant[]}[] {
-  return order
-    .map((kinds) => ({name: kinds.join('+'), members: sortParticipants(participants.filter((p) => kinds.includes(p.kind)))}))
-    .filter((s) => s.members.length > 0)
+  return order.map((kinds) => ({name: kinds.join('+'), members: sortParticipants(participants.filter((p) => kinds.includes(p.kind)))})).filter((s) => s.members.length > 0)
 }
 
 // ---------------------------------------------------------------- prepare
@@ -137,14 +142,22 @@ export function continuedOf(episodes: EpisodeId[], restarts: EpisodeId[]): Episo
 export async function prepare(c: Coordinator, checkpointId: string, deadlineTs: number): Promise<PrepareResult> {
   const body = encodeBody({checkpoint_id: checkpointId, deadline_ts: deadlineTs})
   const replies = new Map<string, PrepareReply>()
-  const stages = stagesOf(c.participants, PREPARE_ORDER.map((k) => [k]))
+  const stages = stagesOf(
+    c.participants,
+    PREPARE_ORDER.map((k) => [k]),
+  )
   for (let i = 0; i < stages.length; i++) {
     const s = stages[i]!
     const r = await fanOut(c, 'prepare', s.members, body, deadlineTs, s.name)
     if (r.failures.length) throw new CoordinationError('prepare', r.failures, `resume checkpoint '${checkpointId}' before preparing again`)
     for (const [k, v] of r.replies) replies.set(k, v)
     if ([...r.replies.values()].some((v) => v.phase !== 'prepared')) {
-      return new PrepareResult(checkpointId, false, replies, stages.slice(i + 1).flatMap((x) => x.members.map((m) => m.server)))
+      return new PrepareResult(
+        checkpointId,
+        false,
+        replies,
+        stages.slice(i + 1).flatMap((x) => x.members.map((m) => m.server)),
+      )
     }
   }
   return new PrepareResult(checkpointId, true, replies, [])
@@ -174,7 +187,10 @@ export async function resumeAll(c: Coordinator, checkpointId: string, deadlineTs
   const body = encodeBody({checkpoint_id: checkpointId, deadline_ts: deadlineTs})
   const replies = new Map<string, ReplyOf<'resume'>>()
   const failures: ParticipantFailure[] = []
-  for (const s of stagesOf(c.participants, [...PREPARE_ORDER].reverse().map((k) => [k]))) {
+  for (const s of stagesOf(
+    c.participants,
+    [...PREPARE_ORDER].reverse().map((k) => [k]),
+  )) {
     const r = await fanOut(c, 'resume', s.members, body, deadlineTs, s.name)
     for (const [k, v] of r.replies) replies.set(k, v)
     failures.push(...r.failures)
@@ -185,7 +201,8 @@ export async function resumeAll(c: Coordinator, checkpointId: string, deadlineTs
 /** Resumes in reverse prepare order, going on past failures; raises them all at the end. */
 export async function resume(c: Coordinator, checkpointId: string, deadlineTs: number): Promise<Map<string, ReplyOf<'resume'>>> {
   const r = await resumeAll(c, checkpointId, deadlineTs)
-  if (r.failures.length) throw new CoordinationError('resume', r.failures, `the other participants were resumed; resume '${checkpointId}' again; an unreachable participant resumes itself when its lease expires`)
+  if (r.failures.length)
+    throw new CoordinationError('resume', r.failures, `the other participants were resumed; resume '${checkpointId}' again; an unreachable participant resumes itself when its lease expires`)
   return r.replies
 }
 
@@ -317,5 +334,9 @@ export async function restore(c: Coordinator, restoreId: string, checkpointDir: 
     log?.(`restore cleanup: resume failed: ${(err as Error).message}`)
   }
   if (interrupted) throw new ControllerError('interrupted', `interrupted during restore '${restoreId}'; what it installed was retired and the fleet was resumed`)
-  throw new CoordinationError('restore', r.failures, 'what the restore installed was retired and the fleet was resumed; start the continued rollouts over from their inputs at attempt + 2, or restart the servers and restore again')
+  throw new CoordinationError(
+    'restore',
+    r.failures,
+    'what the restore installed was retired and the fleet was resumed; start the continued rollouts over from their inputs at attempt + 2, or restart the servers and restore again',
+  )
 }

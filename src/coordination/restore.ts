@@ -9,7 +9,6 @@ import {ControllerError, CoordinationError, ParticipantFailure, failureMessage} 
 import {Coordinator, restore, resume, retire, statusAll} from './operations.js'
 import {newRestoreId} from './runs.js'
 
-
 /** Report counts that mean live work (Gym's counts per kind, section 5.1 of the reference). */
 export const LIVE_COUNTS = ['episodes', 'sessions', 'inflight', 'held'] as const
 /** Status extras listing restored state no replacement has claimed yet. */
@@ -106,9 +105,7 @@ async function fleetPreflight(c: Coordinator): Promise<Pick<RestorePlan, 'busy' 
 export async function planRestore(c: Coordinator, opts: RestoreOptions): Promise<RestorePlan> {
   const resolved = await resolveCheckpoint(opts.location, opts.checkpointId).catch(asInvalid)
   const fleet = await fleetPreflight(c)
-  const verify = opts.skipVerify
-    ? null
-    : await verifyCheckpoint(resolved.checkpointDir, {expect: c.participants.map((p) => ({kind: p.kind, instance: p.instance, server: p.server}))}).catch(asInvalid)
+  const verify = opts.skipVerify ? null : await verifyCheckpoint(resolved.checkpointDir, {expect: c.participants.map((p) => ({kind: p.kind, instance: p.instance, server: p.server}))}).catch(asInvalid)
   const summary = await readCheckpointSummary(resolved.checkpointDir).catch(asInvalid)
   const continued = (summary ? summary.continued.map(fromWire) : []).filter((e) => !opts.skipRollouts?.has(e.rolloutId))
   const scope = new Set(continued.map(captureKey))
@@ -146,7 +143,10 @@ export function assertRestorable(plan: RestorePlan): void {
   }
   if (plan.verify && !plan.verify.ok) {
     const errs = plan.verify.problems.filter((p) => p.severity === 'error')
-    throw new ControllerError('invalid_checkpoint', `checkpoint ${plan.checkpointDir} failed verification, nothing was sent: ${errs.map((p) => `${p.where}: ${p.message}`).join('; ')}`, {checkpoint_dir: plan.checkpointDir, problems: plan.verify.problems})
+    throw new ControllerError('invalid_checkpoint', `checkpoint ${plan.checkpointDir} failed verification, nothing was sent: ${errs.map((p) => `${p.where}: ${p.message}`).join('; ')}`, {
+      checkpoint_dir: plan.checkpointDir,
+      problems: plan.verify.problems,
+    })
   }
   if (!plan.manifest) {
     throw new ControllerError('invalid_checkpoint', `${plan.checkpointDir} has no controller manifest: it was never published; nothing was sent`)
@@ -224,7 +224,10 @@ export async function restoreCheckpoint(c: Coordinator, opts: RestoreOptions): P
     }
     await record('restored', undefined)
     const sizes = new Map(
-      c.participants.map((p) => [p.server, {records: out.replies.get(p.server)?.restored.length ?? null, bytes: plan.verify?.participants.find((v) => v.kind === p.kind && v.instance === p.instance)?.bytes ?? null}]),
+      c.participants.map((p) => [
+        p.server,
+        {records: out.replies.get(p.server)?.restored.length ?? null, bytes: plan.verify?.participants.find((v) => v.kind === p.kind && v.instance === p.instance)?.bytes ?? null},
+      ]),
     )
     return {...plan, restoreId, restoredByServer: Object.fromEntries([...out.replies].map(([s, r]) => [s, r.restored])), resumed, timings: timer.table(c.participants, sizes)}
   } catch (err) {

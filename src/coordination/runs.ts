@@ -4,7 +4,10 @@ import {EpisodeId, captureKey} from '../protocol/episode.js'
 import {ControllerError} from './errors.js'
 
 export function newCheckpointId(now = new Date()): string {
-  const ts = now.toISOString().replace(/[-:]/g, '').replace(/\.\d+Z$/, '')
+  const ts = now
+    .toISOString()
+    .replace(/[-:]/g, '')
+    .replace(/\.\d+Z$/, '')
   return `ckpt-${ts}-${randomBytes(4).toString('hex')}`
 }
 
@@ -66,7 +69,13 @@ export class RunTracker {
       if (signal?.aborted) throw new ControllerError('interrupted', 'interrupted while waiting for /run replies')
       const ms = deadlineMs - Date.now()
       if (ms <= 0) {
-        throw new ControllerError('participant', `${left.length} /run call(s) outside the committed episodes did not reply before the deadline: ${left.slice(0, 10).map(([k]) => k).join(', ')}`)
+        throw new ControllerError(
+          'participant',
+          `${left.length} /run call(s) outside the committed episodes did not reply before the deadline: ${left
+            .slice(0, 10)
+            .map(([k]) => k)
+            .join(', ')}`,
+        )
       }
       await new Promise<void>((resolve) => {
         const wake = () => {

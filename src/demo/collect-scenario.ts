@@ -78,10 +78,11 @@ async function readManifest(root: string, id: string): Promise<{continued: {roll
   return JSON.parse(await readFile(path.join(root, id, 'collection.json'), 'utf8')) as {continued: {rollout_id: string}[]; restarted: {rollout_id: string}[]}
 }
 
-const exists = (f: string) => stat(f).then(
-  () => true,
-  () => false,
-)
+const exists = (f: string) =>
+  stat(f).then(
+    () => true,
+    () => false,
+  )
 
 export async function runCollectDemo(opts: CollectDemoOptions = {}): Promise<CollectDemoReport> {
   const log = opts.log ?? (() => {})
@@ -154,7 +155,11 @@ export async function runCollectDemo(opts: CollectDemoOptions = {}): Promise<Col
       const fleet = await Fleet.start({token, members: DEFAULT_FLEET})
       const client = new ControlClient({token})
       try {
-        const d = await discover(client, fleet.servers.map((s) => ({name: s.name, url: s.url})), {probeTimeoutMs: 10_000})
+        const d = await discover(
+          client,
+          fleet.servers.map((s) => ({name: s.name, url: s.url})),
+          {probeTimeoutMs: 10_000},
+        )
         const out = await new Collector(
           {client, participants: d.participants},
           {
@@ -245,9 +250,7 @@ export async function runCollectDemo(opts: CollectDemoOptions = {}): Promise<Col
     const missing = ids.filter((id) => !seen.has(id))
     const duplicated = [...seen].filter(([, c]) => c > 1).map(([id]) => id)
     const byId = new Map(results.map((r) => [r._ng_rollout_id, r]))
-    const mismatches = ids
-      .filter((id) => byId.has(id) && byId.get(id)!.result !== reference.get(id))
-      .map((id) => ({rolloutId: id, expected: reference.get(id)!, got: byId.get(id)!.result}))
+    const mismatches = ids.filter((id) => byId.has(id) && byId.get(id)!.result !== reference.get(id)).map((id) => ({rolloutId: id, expected: reference.get(id)!, got: byId.get(id)!.result}))
     const after = results.filter((r) => !doneBefore.has(r._ng_rollout_id))
     const continued = after.filter((r) => inCheckpoint.has(r._ng_rollout_id))
     return {

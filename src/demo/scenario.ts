@@ -117,8 +117,7 @@ export async function runDemo(opts: DemoOptions = {}): Promise<DemoReport> {
     // loaded machine does not checkpoint one as an ordinary episode without a boundary.
     const restartKeys = tasks.filter((t) => t.restart).map((t) => t.rolloutId)
     const ready = () =>
-      [...env.episodes.values()].filter((e) => (e.boundary?.step ?? 0) >= Math.min(2, steps - 1)).length >= Math.ceil(n / 2) &&
-      restartKeys.every((k) => env.episodes.get(k)?.restart !== false)
+      [...env.episodes.values()].filter((e) => (e.boundary?.step ?? 0) >= Math.min(2, steps - 1)).length >= Math.ceil(n / 2) && restartKeys.every((k) => env.episodes.get(k)?.restart !== false)
     while (!ready() && Date.now() < until) {
       await new Promise((r) => setTimeout(r, stepMs / 2))
     }
