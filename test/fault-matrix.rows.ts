@@ -229,7 +229,7 @@ export const FAULT_ROWS: readonly FaultRow[] = [
   {
     id: 'two-restores-late',
     fault: 'a second `restore` whose preflight passed before the first one finished',
-    does: 'every participant refuses it (they hold the first restore\'s state); it retires nothing; the first restore\'s episodes continue',
+    does: "every participant refuses it (they hold the first restore's state); it retires nothing; the first restore's episodes continue",
     exit: [4],
     operator: 'nothing: the first restore stands; run one restore per fleet',
     test: 'integration',

@@ -8,7 +8,6 @@ import {cli} from '../helpers/cli.js'
 import {FULL, TOKEN, control, startFleet, waitFor} from '../helpers/fleet.js'
 import {tempDir} from '../helpers/tmp.js'
 
-
 function servers(fleet: {serverArgs(): string[]}): string[] {
   return fleet.serverArgs().flatMap((s) => ['--server', s])
 }
@@ -58,7 +57,14 @@ describe('gymckpt CLI (built, run as a process)', {timeout: 120_000}, () => {
     await writeFile(episodes, '# in flight\na\n{"rollout_id": "b", "attempt": 0}\n')
     const commit = await cli(['commit', ...servers(fleet), '--root', root, '--episodes', episodes, '--json'])
     expect(commit.code, commit.stderr).toBe(0)
-    expect(commit.json).toMatchObject({checkpoint_id: id, published: true, continued: [{rollout_id: 'a', attempt: 0}, {rollout_id: 'b', attempt: 0}]})
+    expect(commit.json).toMatchObject({
+      checkpoint_id: id,
+      published: true,
+      continued: [
+        {rollout_id: 'a', attempt: 0},
+        {rollout_id: 'b', attempt: 0},
+      ],
+    })
     expect((await readFile(path.join(root, 'LATEST'), 'utf8')).trim()).toBe(id)
     const resume = await cli(['resume', ...servers(fleet), '--json'])
     expect(resume.code).toBe(0)

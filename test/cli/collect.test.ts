@@ -37,7 +37,20 @@ describe('gymckpt collect (built, run as a process)', {timeout: 60_000}, () => {
     const [reference, fleet, w] = await Promise.all([uninterrupted(rows), startFleet({members: FULL}), tempDir().then((d) => workdir(d, rows))])
     const r = await collect(fleet, w, ['--agent', 'env', '--concurrency', '4', '--checkpoint-every', 'off', '--json'])
     expect(r.code, r.stderr).toBe(0)
-    expect(r.json).toMatchObject({ok: true, end: 'finished', rows: 10, done: 10, failed: 0, retried: 0, checkpoints: 0, checkpoints_missed: 0, checkpoints_failed: 0, restores: 0, last_checkpoint_id: null, failed_rows: []})
+    expect(r.json).toMatchObject({
+      ok: true,
+      end: 'finished',
+      rows: 10,
+      done: 10,
+      failed: 0,
+      retried: 0,
+      checkpoints: 0,
+      checkpoints_missed: 0,
+      checkpoints_failed: 0,
+      restores: 0,
+      last_checkpoint_id: null,
+      failed_rows: [],
+    })
     expect(r.json.run_id).toMatch(/^[0-9a-f]{32}$/)
     expect(r.json.wall_ms).toBeGreaterThan(0)
     // One JSON document on stdout, nothing else (notes go to stderr).
@@ -162,7 +175,10 @@ describe('gymckpt collect (built, run as a process)', {timeout: 60_000}, () => {
     await cp(path.join(ck.checkpointDir, 'gym'), path.join(w.root, ck.checkpointId, 'gym'), {recursive: true})
     // Written as Python's json.dumps writes them.
     const continued = ['r00', 'r01', 'r02', 'r03'].map((r) => `{"rollout_id": "${r}", "attempt": 0}`).join(', ')
-    await writeFile(path.join(w.root, ck.checkpointId, 'collection.json'), `{"checkpoint_id": "${ck.checkpointId}", "run_id": "${runId}", "created_at": ${(Date.now() / 1000).toFixed(6)}, "continued": [${continued}], "restarted": []}`)
+    await writeFile(
+      path.join(w.root, ck.checkpointId, 'collection.json'),
+      `{"checkpoint_id": "${ck.checkpointId}", "run_id": "${runId}", "created_at": ${(Date.now() / 1000).toFixed(6)}, "continued": [${continued}], "restarted": []}`,
+    )
     await writeFile(path.join(w.root, 'LATEST'), ck.checkpointId)
     // r04 and r05 were sent after the checkpoint; r06 and r07 never.
     await writeFile(path.join(w.root, 'dispatched.jsonl'), [`{"run_id": "${runId}"}`, ...['r00', 'r01', 'r02', 'r03', 'r04', 'r05'].map((r) => `["${r}", 0]`)].join('\n') + '\n')

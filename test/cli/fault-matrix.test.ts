@@ -140,7 +140,11 @@ describe('fault matrix: the CLI interrupted or killed', () => {
     expect(await phases(fleet)).toEqual(allIn(fleet, 'idle'))
     expect(await assertNothingLost(root, history)).toBe(history.at(-1))
     // The records written so far are there, unpublished: no controller manifest.
-    expect((await tree(path.join(root, id))).filter((f) => f.endsWith('manifest.json'))).toEqual(['gym/agent/agent/manifest.json', 'gym/environment/env/manifest.json', 'gym/resources/res/manifest.json'])
+    expect((await tree(path.join(root, id))).filter((f) => f.endsWith('manifest.json'))).toEqual([
+      'gym/agent/agent/manifest.json',
+      'gym/environment/env/manifest.json',
+      'gym/resources/res/manifest.json',
+    ])
     expect(await readdir(path.join(root, id))).toEqual(['gym'])
   })
 
@@ -342,7 +346,9 @@ describe('fault matrix: malicious participant replies never crash the CLI nor wr
 
   it('status-wrong-types: status fields of the wrong type', {timeout: TEST_MS}, async ({onTestFinished, expect}) => {
     const s = await sandboxed(onTestFinished)
-    const evil = await fakeParticipant(s.scope, 'resources', 'evil', {status: () => ({body: {kind: 'resources', instance: 'evil', phase: 7, checkpoint_id: 5, retired_rollouts: 'many', report: {ready: 'yes'}}})})
+    const evil = await fakeParticipant(s.scope, 'resources', 'evil', {
+      status: () => ({body: {kind: 'resources', instance: 'evil', phase: 7, checkpoint_id: 5, retired_rollouts: 'many', report: {ready: 'yes'}}}),
+    })
     const r = await checkpointWith(s, {evil: evil.url})
     await after('status-wrong-types', s, r)
     expect(r.json.error.message).toContain('evil: HTTP 200 bad_reply unexpected status reply')
@@ -394,7 +400,15 @@ describe('fault matrix: malicious participant replies never crash the CLI nor wr
     const evil = await fakeParticipant(s.scope, 'resources', 'evil', {
       commit: (b) => {
         const dir = JSON.parse(b).checkpoint_dir as string
-        const manifest = {schema_version: 1, kind: 'resources', instance: 'evil', checkpoint_id: path.basename(dir), records_file: `records-${'0'.repeat(64)}.jsonl`, records_sha256: '0'.repeat(64), record_count: 0}
+        const manifest = {
+          schema_version: 1,
+          kind: 'resources',
+          instance: 'evil',
+          checkpoint_id: path.basename(dir),
+          records_file: `records-${'0'.repeat(64)}.jsonl`,
+          records_sha256: '0'.repeat(64),
+          record_count: 0,
+        }
         return {body: `{"phase": "committed", "manifest": ${JSON.stringify(manifest).slice(0, -1)}, "extra": ${deep(100_000)}}, "episode_ids": []}`}
       },
     })
@@ -409,7 +423,15 @@ describe('fault matrix: malicious participant replies never crash the CLI nor wr
     const evil = await fakeParticipant(s.scope, 'resources', 'evil', {
       commit: (b) => {
         const dir = JSON.parse(b).checkpoint_dir as string
-        const manifest = {schema_version: 1, kind: 'resources', instance: 'evil', checkpoint_id: path.basename(dir), records_file: `records-${'0'.repeat(64)}.jsonl`, records_sha256: '0'.repeat(64), record_count: 0}
+        const manifest = {
+          schema_version: 1,
+          kind: 'resources',
+          instance: 'evil',
+          checkpoint_id: path.basename(dir),
+          records_file: `records-${'0'.repeat(64)}.jsonl`,
+          records_sha256: '0'.repeat(64),
+          record_count: 0,
+        }
         return {body: {phase: 'committed', manifest, episode_ids: ['../../etc/passwd']}}
       },
     })

@@ -129,7 +129,10 @@ describe('a broken checkpoint root: exit 6 (invalid_checkpoint), a message namin
 
   it('a LATEST written by echo (trailing newline) keeps working', async () => {
     const root = await tempDir()
-    for (const [id, at] of [['c1', 100], ['c2', 200]] as const) {
+    for (const [id, at] of [
+      ['c1', 100],
+      ['c2', 200],
+    ] as const) {
       await mkdir(path.join(root, id, 'gym'), {recursive: true})
       await writeFile(path.join(root, id, 'gymckpt.json'), JSON.stringify({format_version: 1, checkpoint_id: id, created_at: at, continued: [], restarted: [], participants: []}))
     }

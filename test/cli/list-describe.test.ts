@@ -120,11 +120,28 @@ describe('gymckpt describe', () => {
     expect(d.participants).toHaveLength(4)
     for (const p of d.participants) {
       const m = ckDoc.participants.find((x: {kind: string}) => x.kind === p.kind)
-      expect(p).toEqual({kind: m.kind, instance: m.instance, server: m.server, records: m.manifest.record_count, bytes: expect.any(Number), records_file: m.manifest.records_file, records_sha256: m.manifest.records_sha256, error: null})
+      expect(p).toEqual({
+        kind: m.kind,
+        instance: m.instance,
+        server: m.server,
+        records: m.manifest.record_count,
+        bytes: expect.any(Number),
+        records_file: m.manifest.records_file,
+        records_sha256: m.manifest.records_sha256,
+        error: null,
+      })
     }
     expect(d.restores).toEqual([
       {restore_id: restoreId, time: expect.stringMatching(RFC3339), checkpoint_id: second, checkpoint_dir: path.join(root, second), outcome: 'restored', error: null, participant_count: 4},
-      {restore_id: expect.stringMatching(/^restore-[0-9a-f]+$/), time: expect.stringMatching(RFC3339), checkpoint_id: second, checkpoint_dir: path.join(root, second), outcome: 'refused', error: refusal, participant_count: 4},
+      {
+        restore_id: expect.stringMatching(/^restore-[0-9a-f]+$/),
+        time: expect.stringMatching(RFC3339),
+        checkpoint_id: second,
+        checkpoint_dir: path.join(root, second),
+        outcome: 'refused',
+        error: refusal,
+        participant_count: 4,
+      },
     ])
     expect(d.verify).toBeNull()
     expect(d.warnings).toEqual([])

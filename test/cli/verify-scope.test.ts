@@ -23,7 +23,10 @@ async function make(records: Record<string, string[]> = {'environment/env': [rec
     const manifest = await writeParticipantState({checkpointDir: dir, kind, instance, checkpointId: 'ck'}, lines)
     participants.push({server: instance, kind, instance, manifest, episode_ids: []})
   }
-  const continued = [{rollout_id: 'a', attempt: 0}, {rollout_id: 'z', attempt: 0}]
+  const continued = [
+    {rollout_id: 'a', attempt: 0},
+    {rollout_id: 'z', attempt: 0},
+  ]
   await writeControllerManifest(dir, {format_version: FORMAT_VERSION, checkpoint_id: 'ck', created_at: 1, continued, restarted: [], participants})
   await publishLatest(root, 'ck')
   return {root, dir}
@@ -39,7 +42,11 @@ describe('verify: scope counts in the CLI output', () => {
       ['env', 3, 1, 2, 1],
       ['policy', 1, 1, 0, 1],
     ])
-    expect(r.json.problems).toContainEqual({severity: 'info', where: expect.stringMatching(/environment[/\\]env$/), message: '2 record(s) outside the commit scope: b, c; a restore skips them and installs only the 1 in scope'})
+    expect(r.json.problems).toContainEqual({
+      severity: 'info',
+      where: expect.stringMatching(/environment[/\\]env$/),
+      message: '2 record(s) outside the commit scope: b, c; a restore skips them and installs only the 1 in scope',
+    })
   })
 
   it('the human table shows the counts and the summary says what a restore installs', async () => {

@@ -15,7 +15,11 @@ describe('verify in worker threads', () => {
     const root = await tempDir()
     const dir = path.join(root, 'c')
     const participants = []
-    for (const [kind, instance] of [['environment', 'e'], ['model', 'm'], ['agent', 'a']] as const) {
+    for (const [kind, instance] of [
+      ['environment', 'e'],
+      ['model', 'm'],
+      ['agent', 'a'],
+    ] as const) {
       const lines = Array.from({length: 50}, (_, i) => `{"episode_id": {"rollout_id": "r${i}", "attempt": 0}, "v": [${i}, NaN]}`)
       const manifest = await writeParticipantState({checkpointDir: dir, kind, instance, checkpointId: 'c'}, lines)
       participants.push({server: instance, kind, instance, manifest, episode_ids: []})

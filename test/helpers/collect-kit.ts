@@ -28,8 +28,7 @@ export function makeRows(n: number, opts: {steps?: number; stepMs?: number; pref
   }))
 }
 
-export const idOf = (b: Record<string, unknown>): string =>
-  typeof b._ng_rollout_id === 'string' ? b._ng_rollout_id : `${String(b._ng_task_index)}-${String(b._ng_rollout_index)}`
+export const idOf = (b: Record<string, unknown>): string => (typeof b._ng_rollout_id === 'string' ? b._ng_rollout_id : `${String(b._ng_task_index)}-${String(b._ng_rollout_index)}`)
 
 export async function writeRows(file: string, rows: Record<string, unknown>[]): Promise<string> {
   await writeFile(file, rows.map((r) => JSON.stringify(r)).join('\n') + '\n')
@@ -131,7 +130,10 @@ export function forgetsSent(server: ParticipantServer): string[] {
 /** No (rollout, attempt) twice. */
 export function expectNoAttemptTwice(sent: [string, number][]): void {
   const keys = sent.map(([r, a]) => `${r}@${a}`)
-  expect(keys.filter((k, i) => keys.indexOf(k) !== i), '/run attempts sent twice').toEqual([])
+  expect(
+    keys.filter((k, i) => keys.indexOf(k) !== i),
+    '/run attempts sent twice',
+  ).toEqual([])
 }
 
 /** The dispatch log as written: the run ID line, then [rollout, attempt] entries. */
@@ -227,10 +229,12 @@ export class CollectorProcess {
       for (const w of this.waiters.splice(0)) w()
     })
     this.child.stderr!.on('data', (d) => (this.stderr += d))
-    this.exited = new Promise((resolve) => this.child.on('exit', (code) => {
-      for (const w of this.waiters.splice(0)) w()
-      resolve(code)
-    }))
+    this.exited = new Promise((resolve) =>
+      this.child.on('exit', (code) => {
+        for (const w of this.waiters.splice(0)) w()
+        resolve(code)
+      }),
+    )
     later(() => this.kill())
   }
 

@@ -66,7 +66,11 @@ export class Scope {
   async coordinator(fleet: Fleet, token = TOKEN): Promise<Coordinator> {
     const client = new ControlClient({token})
     this.defer(() => client.close())
-    const d = await discover(client, fleet.servers.map((s) => ({name: s.name, url: s.url})), {probeTimeoutMs: 5000})
+    const d = await discover(
+      client,
+      fleet.servers.map((s) => ({name: s.name, url: s.url})),
+      {probeTimeoutMs: 5000},
+    )
     return {client, participants: d.participants}
   }
 

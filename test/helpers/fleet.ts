@@ -40,7 +40,11 @@ export async function startServer(name: string, kind: FleetMember['kind'], opts:
 export async function coordinatorFor(fleet: Fleet, token = TOKEN): Promise<Coordinator> {
   const client = new ControlClient({token})
   cleanups.push(() => client.close())
-  const d = await discover(client, fleet.servers.map((s) => ({name: s.name, url: s.url})), {probeTimeoutMs: 5000})
+  const d = await discover(
+    client,
+    fleet.servers.map((s) => ({name: s.name, url: s.url})),
+    {probeTimeoutMs: 5000},
+  )
   return {client, participants: d.participants}
 }
 

@@ -85,13 +85,11 @@ export const checkpoint = faultOn(['prepare', 'commit', 'resume'], ['resume']).m
 export const checkpointAtEnd = faultOn(['prepare', 'commit', 'resume'], ['resume']).map((f) => new Step(`checkpoint as an episode ends${faultText(f)}`, (w) => w.checkpointAtEnd(f)))
 export const retire = fc.tuple(fc.nat(20), faultOn(['retire'])).map(([pick, f]) => new Step(`retire running #${pick}${faultText(f)}`, (w) => w.retire(pick, f)))
 export const forget = faultOn(['forget']).map((f) => new Step(`forget${faultText(f)}`, (w) => w.forget(f)))
-export const crashRestore = fc
-  .tuple(faultOn(['retire', 'restore', 'resume']), fc.constantFrom<'rerun' | 'fresh'>('rerun', 'fresh'), fc.integer({min: 0, max: 3}))
-  .map(
-    ([f, recover, n]) =>
-      // Mostly once a checkpoint is published; one in four crashes whatever the root holds.
-      new Step(`crash + restore LATEST${n === 0 ? ' (if any)' : ''}${faultText(f)}${f ? ` (on failure: ${recover})` : ''}`, (w) => w.crashRestore(f, recover, n === 0)),
-  )
+export const crashRestore = fc.tuple(faultOn(['retire', 'restore', 'resume']), fc.constantFrom<'rerun' | 'fresh'>('rerun', 'fresh'), fc.integer({min: 0, max: 3})).map(
+  ([f, recover, n]) =>
+    // Mostly once a checkpoint is published; one in four crashes whatever the root holds.
+    new Step(`crash + restore LATEST${n === 0 ? ' (if any)' : ''}${faultText(f)}${f ? ` (on failure: ${recover})` : ''}`, (w) => w.crashRestore(f, recover, n === 0)),
+)
 export const restoreBusy = fc
   // Live for at least 400 ms: far longer than the attempt, so the fleet is busy when it is probed.
   .record({steps: fc.integer({min: 40, max: 60}), stepMs: fc.constant(10), stepMode: fc.constant<TaskSpec['stepMode']>('wait'), restart: fc.constant(false), replyLagMs: fc.constant(0)})

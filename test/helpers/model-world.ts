@@ -190,7 +190,11 @@ export class World {
         return reply
       }
     }
-    const d = await discover(this.shared.client, this.fleet.servers.map((s) => ({name: s.name, url: s.url})), {probeTimeoutMs: 5000})
+    const d = await discover(
+      this.shared.client,
+      this.fleet.servers.map((s) => ({name: s.name, url: s.url})),
+      {probeTimeoutMs: 5000},
+    )
     this.c = {client: this.shared.client, participants: d.participants}
     this.tracker = new RunTracker()
     this.marked.clear()
@@ -239,37 +243,38 @@ export class World {
     this.progress.set(t.rolloutId, {state: 'running', attempt})
     const reply = this.fleet.run({rolloutId: t.rolloutId, attempt, input: t.input, steps: t.steps, stepMs: t.stepMs, stepMode: t.stepMode, restart: t.restart})
     const lagged = t.replyLagMs ? reply.then(async (r) => (await new Promise((w) => setTimeout(w, t.replyLagMs)), r)) : reply
-    const p = this.tracker
-      .track(e, lagged)
-      .then((r) => {
-        if (gen !== this.gen) return
-        if (r.status === 200) {
-          const b = r.body as RunResult
-          this.progress.set(t.rolloutId, {state: 'done', attempt, result: b.result})
-          if (b.resumed_from_step > 0) this.shared.count('episodes continued from a restored boundary')
-          else if (attempt > 0) this.shared.count('episodes rerun from input at attempt > 0')
-          return
-        }
-        const code = (r.body as {error?: {code?: string}}).error?.code
-        if (r.status === 409 && code === 'admission_closed') {
-          // Sent while open, arrived once a prepare had closed admission: it never started; send it again.
-          this.progress.set(t.rolloutId, {state: 'restart', attempt})
-          this.shared.count('/run refused with admission_closed (sent again)')
-          return
-        }
-        if (r.status === 409 && code === 'stale_attempt' && this.retireSent.has(key)) {
-          this.progress.set(t.rolloutId, {state: 'restart', attempt: attempt + 1})
-          this.shared.count('episodes stopped by retire')
-          return
-        }
-        this.unexpected.push(`/run ${key}: HTTP ${r.status} ${JSON.stringify(r.body)}`)
-      })
+    const p = this.tracker.track(e, lagged).then((r) => {
+      if (gen !== this.gen) return
+      if (r.status === 200) {
+        const b = r.body as RunResult
+        this.progress.set(t.rolloutId, {state: 'done', attempt, result: b.result})
+        if (b.resumed_from_step > 0) this.shared.count('episodes continued from a restored boundary')
+        else if (attempt > 0) this.shared.count('episodes rerun from input at attempt > 0')
+        return
+      }
+      const code = (r.body as {error?: {code?: string}}).error?.code
+      if (r.status === 409 && code === 'admission_closed') {
+        // Sent while open, arrived once a prepare had closed admission: it never started; send it again.
+        this.progress.set(t.rolloutId, {state: 'restart', attempt})
+        this.shared.count('/run refused with admission_closed (sent again)')
+        return
+      }
+      if (r.status === 409 && code === 'stale_attempt' && this.retireSent.has(key)) {
+        this.progress.set(t.rolloutId, {state: 'restart', attempt: attempt + 1})
+        this.shared.count('episodes stopped by retire')
+        return
+      }
+      this.unexpected.push(`/run ${key}: HTTP ${r.status} ${JSON.stringify(r.body)}`)
+    })
     this.runs.add(p)
     void p.finally(() => this.runs.delete(p))
   }
 
   private running(): string[] {
-    return [...this.progress].filter(([, p]) => p.state === 'running').map(([r]) => r).sort()
+    return [...this.progress]
+      .filter(([, p]) => p.state === 'running')
+      .map(([r]) => r)
+      .sort()
   }
 
   async start(specs: TaskSpec[]): Promise<void> {
@@ -339,7 +344,9 @@ export class World {
       this.phase = {kind: 'committed', id}
       this.shared.count('published (commit+publish)')
       this.shared.count('/run replies awaited by a commit', o.awaitedRuns.length)
-      this.note(`committed+published ${id}: continued ${o.continued.map(captureKey).join(',') || '-'}; restarted ${o.restarted.map(captureKey).join(',') || '-'}; awaited ${o.awaitedRuns.map(captureKey).join(',') || '-'}`)
+      this.note(
+        `committed+published ${id}: continued ${o.continued.map(captureKey).join(',') || '-'}; restarted ${o.restarted.map(captureKey).join(',') || '-'}; awaited ${o.awaitedRuns.map(captureKey).join(',') || '-'}`,
+      )
     } catch (err) {
       this.note(`commit failed: ${(err as ControllerError).code} ${(err as Error).message.slice(0, 300)}`)
       this.clearFaults()
@@ -373,7 +380,9 @@ export class World {
       const o = await checkpoint(this.c, {root: this.root, tracker: this.tracker, timeoutS: this.timeoutS(f), controllerState: () => this.snapshot()})
       this.shared.count('published (checkpoint)')
       this.shared.count('/run replies awaited by a commit', o.awaitedRuns.length)
-      this.note(`checkpoint ${o.checkpointId}: continued ${o.continued.map(captureKey).join(',') || '-'}; restarted ${o.restarted.map(captureKey).join(',') || '-'}; awaited ${o.awaitedRuns.map(captureKey).join(',') || '-'}`)
+      this.note(
+        `checkpoint ${o.checkpointId}: continued ${o.continued.map(captureKey).join(',') || '-'}; restarted ${o.restarted.map(captureKey).join(',') || '-'}; awaited ${o.awaitedRuns.map(captureKey).join(',') || '-'}`,
+      )
     } catch (err) {
       this.note(`checkpoint failed: ${(err as ControllerError).code} ${(err as Error).message.slice(0, 300)}`)
     } finally {
@@ -444,7 +453,13 @@ export class World {
     const out = new Map<string, string[]>()
     for (const p of this.c.participants) {
       const d = v.participants.find((x) => x.kind === p.kind && x.instance === p.instance)
-      out.set(p.server, (d?.episodes ?? []).filter((k) => continued.has(k)).map((k) => captureKey(nextAttempt(fromCaptureKey(k)))).sort())
+      out.set(
+        p.server,
+        (d?.episodes ?? [])
+          .filter((k) => continued.has(k))
+          .map((k) => captureKey(nextAttempt(fromCaptureKey(k))))
+          .sort(),
+      )
     }
     return out
   }
@@ -455,7 +470,14 @@ export class World {
     for (const p of this.c.participants) {
       const sim = this.fleet.server(p.server).participant
       if (sim instanceof SimEnvironment) out.set(p.server, [...sim.restoredPending.keys()].sort())
-      else if (sim instanceof SimDownstream) out.set(p.server, [...sim.sessions].filter(([, s]) => s.restored).map(([k]) => k).sort())
+      else if (sim instanceof SimDownstream)
+        out.set(
+          p.server,
+          [...sim.sessions]
+            .filter(([, s]) => s.restored)
+            .map(([k]) => k)
+            .sort(),
+        )
     }
     return out
   }
@@ -485,9 +507,7 @@ export class World {
     } else if (outcome === 'failed') {
       // Nothing continues from a partial restore: start those over from their inputs, past the
       // replacement attempts the cleanup retired.
-      rolled = new Map(
-        [...rolled].map(([r, p]) => [r, p.state === 'continue' ? ({state: 'restart', attempt: p.attempt + 1} as Progress) : p]),
-      )
+      rolled = new Map([...rolled].map(([r, p]) => [r, p.state === 'continue' ? ({state: 'restart', attempt: p.attempt + 1} as Progress) : p]))
       for (const k of [...continued, ...restarted]) this.marked.add(fromCaptureKey(k).rolloutId)
       this.note('restore failed: the continued rollouts start over at attempt + 2 on this fleet')
     }
@@ -502,7 +522,13 @@ export class World {
   private async latestManifest(latest: string): Promise<LatestManifest> {
     const dir = path.join(this.root, latest)
     const v = await verifyCheckpoint(dir)
-    if (!v.ok) this.fail(`LATEST names ${latest}, which does not verify: ${v.problems.filter((p) => p.severity === 'error').map((p) => `${p.where}: ${p.message}`).join('; ')}`)
+    if (!v.ok)
+      this.fail(
+        `LATEST names ${latest}, which does not verify: ${v.problems
+          .filter((p) => p.severity === 'error')
+          .map((p) => `${p.where}: ${p.message}`)
+          .join('; ')}`,
+      )
     const summary = await readCheckpointSummary(dir)
     if (!summary) this.fail(`LATEST names ${latest}, which has no controller manifest`)
     const state = summary.controllerState as ControllerState | undefined
@@ -527,7 +553,8 @@ export class World {
       this.shared.count('restores ok')
       this.note(`crash; restored ${r.checkpointId} as ${r.restoreId}: ${r.replacements.map(captureKey).join(',') || '-'} continue; ${r.restarted.map(captureKey).join(',') || '-'} restart`)
       for (const [server, keys] of Object.entries(r.restoredByServer)) {
-        if (JSON.stringify([...keys].sort()) !== JSON.stringify(expected.get(server))) this.fail(`restore reply of ${server} names ${JSON.stringify(keys)}, the checkpoint holds ${JSON.stringify(expected.get(server))}`)
+        if (JSON.stringify([...keys].sort()) !== JSON.stringify(expected.get(server)))
+          this.fail(`restore reply of ${server} names ${JSON.stringify(keys)}, the checkpoint holds ${JSON.stringify(expected.get(server))}`)
       }
     } catch (err) {
       error = err
@@ -550,7 +577,8 @@ export class World {
     if (outcome !== 'resume-failed') {
       const {statuses} = await statusAll(this.c)
       const notIdle = [...statuses].filter(([, s]) => s.phase !== 'idle' || s.checkpoint_id !== null)
-      if (notIdle.length) this.fail(`after restore ${outcome === 'ok' ? 'and resume' : 'cleanup'} some participants are not idle: ${notIdle.map(([n, s]) => `${n} ${s.phase} ${s.checkpoint_id}`).join(', ')}`)
+      if (notIdle.length)
+        this.fail(`after restore ${outcome === 'ok' ? 'and resume' : 'cleanup'} some participants are not idle: ${notIdle.map(([n, s]) => `${n} ${s.phase} ${s.checkpoint_id}`).join(', ')}`)
     }
     await this.ensureOpen()
     return outcome === 'failed' ? 'failed' : 'ok'
@@ -608,7 +636,8 @@ export class World {
       () => null,
       (e: unknown) => e,
     )
-    if (!(err instanceof ControllerError) || err.code !== 'fleet_state') this.fail(`a restore into a fleet with live episodes was not refused with fleet_state: ${err === null ? 'it succeeded' : `${(err as ControllerError).code} ${(err as Error).message}`}`)
+    if (!(err instanceof ControllerError) || err.code !== 'fleet_state')
+      this.fail(`a restore into a fleet with live episodes was not refused with fleet_state: ${err === null ? 'it succeeded' : `${(err as ControllerError).code} ${(err as Error).message}`}`)
     if (sent() !== before) this.fail(`a refused restore sent restore or retire calls (${before} -> ${sent()})`)
     const after = JSON.stringify([...(await statusAll(this.c)).statuses].map(([n, s]) => [n, s.retired_rollouts]))
     if (after !== marks) this.fail(`a refused restore changed the retire marks: ${marks} -> ${after}`)

@@ -290,7 +290,10 @@ describe('collect: checkpoints while rows run', () => {
     expect(left).not.toContain(path.basename(partial))
     expect(left).toContain('notes.txt')
     expect(left).toContain('.collector.pid.0fee1e55')
-    expect(left.filter((n) => dots.includes(n)), 'leftover dot files').toEqual([])
+    expect(
+      left.filter((n) => dots.includes(n)),
+      'leftover dot files',
+    ).toEqual([])
   })
 
   it('a /run whose connection drops is never resent: it is retired everywhere and sent as the next attempt, then forgotten', async () => {
@@ -332,10 +335,11 @@ describe('collect: checkpoints while rows run', () => {
     }
     // The log names both attempts of each retried row.
     const log = await readDispatched(w.root)
-    for (const r of retried) expect(log.entries.filter(([x]) => x === r)).toEqual([
-      [r, 0],
-      [r, 1],
-    ])
+    for (const r of retried)
+      expect(log.entries.filter(([x]) => x === r)).toEqual([
+        [r, 0],
+        [r, 1],
+      ])
   })
 })
 

@@ -95,7 +95,10 @@ async function faulty(own: Own, fault: Fault, opts: {resumedIdsKept?: number} = 
   return {url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, inner}
 }
 
-async function check(servers: {name: string; url: string}[], opts: {destructive?: boolean; force?: boolean; only?: string[]; keepDir?: boolean; dir?: string; own?: Own; signal?: AbortSignal} = {}): Promise<ConformanceReport> {
+async function check(
+  servers: {name: string; url: string}[],
+  opts: {destructive?: boolean; force?: boolean; only?: string[]; keepDir?: boolean; dir?: string; own?: Own; signal?: AbortSignal} = {},
+): Promise<ConformanceReport> {
   const own = opts.own ?? later
   const client = new ControlClient({token: TOKEN})
   own(() => client.close())
@@ -106,7 +109,18 @@ async function check(servers: {name: string; url: string}[], opts: {destructive?
     dir = d
   }
   const discovery = await discover(client, servers, {tolerant: true, probeTimeoutMs: 5000})
-  return runConformance({client, token: TOKEN, discovery, checks: selectChecks(opts.only), destructive: opts.destructive, force: opts.force, keepDir: opts.keepDir, dir, timeoutS: 10, signal: opts.signal})
+  return runConformance({
+    client,
+    token: TOKEN,
+    discovery,
+    checks: selectChecks(opts.only),
+    destructive: opts.destructive,
+    force: opts.force,
+    keepDir: opts.keepDir,
+    dir,
+    timeoutS: 10,
+    signal: opts.signal,
+  })
 }
 
 const failing = (r: ConformanceReport) => [...new Set(r.results.filter((x) => x.result === 'fail').map((x) => x.id))].sort()
@@ -164,20 +178,49 @@ interface Row {
 /** check id -> a participant that breaks exactly that rule. */
 const TABLE: Record<string, Row> = {
   'auth.missing-bearer': {mode: 'safe', fault: 'GET status without Authorization is answered', make: (own) => faulty(own, {auth: (r) => r.auth ?? VALID})},
-  'auth.wrong-bearer': {mode: 'safe', fault: 'GET status accepts any bearer token', make: (own) => faulty(own, {auth: (r) => (r.method === 'GET' && /^Bearer [0-9a-f]{32}$/.test(r.auth ?? '') ? VALID : r.auth)})},
-  'auth.exact-bearer': {mode: 'safe', fault: 'the scheme is compared case-insensitively and spaces are collapsed', make: (own) => faulty(own, {auth: (r) => (r.auth && /^bearer\s+/i.test(r.auth) && r.auth.replace(/^bearer\s+/i, '') === TOKEN ? VALID : r.auth)})},
+  'auth.wrong-bearer': {
+    mode: 'safe',
+    fault: 'GET status accepts any bearer token',
+    make: (own) => faulty(own, {auth: (r) => (r.method === 'GET' && /^Bearer [0-9a-f]{32}$/.test(r.auth ?? '') ? VALID : r.auth)}),
+  },
+  'auth.exact-bearer': {
+    mode: 'safe',
+    fault: 'the scheme is compared case-insensitively and spaces are collapsed',
+    make: (own) => faulty(own, {auth: (r) => (r.auth && /^bearer\s+/i.test(r.auth) && r.auth.replace(/^bearer\s+/i, '') === TOKEN ? VALID : r.auth)}),
+  },
   'auth.post-bearer': {mode: 'safe', fault: 'POST routes accept any bearer token', make: (own) => faulty(own, {auth: (r) => (r.method === 'POST' && r.auth ? VALID : r.auth)})},
-  'status.reply': {mode: 'safe', fault: 'status leaves lease_expires_at out', make: (own) => faulty(own, {after: (r, a) => (r.op === 'status' && a.status === 200 ? (delete a.json.lease_expires_at, a) : a)})},
-  'status.kind': {mode: 'safe', fault: "status reports kind 'judge'", make: (own) => faulty(own, {after: (r, a) => (r.op === 'status' && a.status === 200 ? {...a, json: {...a.json, kind: 'judge'}} : a)})},
-  'status.instance': {mode: 'safe', fault: "status reports instance '../p'", make: (own) => faulty(own, {after: (r, a) => (r.op === 'status' && a.status === 200 ? {...a, json: {...a.json, instance: '../p'}} : a)})},
-  'status.phase': {mode: 'safe', fault: "status reports phase 'paused'", make: (own) => faulty(own, {after: (r, a) => (r.op === 'status' && a.status === 200 ? {...a, json: {...a.json, phase: 'paused'}} : a)})},
+  'status.reply': {
+    mode: 'safe',
+    fault: 'status leaves lease_expires_at out',
+    make: (own) => faulty(own, {after: (r, a) => (r.op === 'status' && a.status === 200 ? (delete a.json.lease_expires_at, a) : a)}),
+  },
+  'status.kind': {
+    mode: 'safe',
+    fault: "status reports kind 'judge'",
+    make: (own) => faulty(own, {after: (r, a) => (r.op === 'status' && a.status === 200 ? {...a, json: {...a.json, kind: 'judge'}} : a)}),
+  },
+  'status.instance': {
+    mode: 'safe',
+    fault: "status reports instance '../p'",
+    make: (own) => faulty(own, {after: (r, a) => (r.op === 'status' && a.status === 200 ? {...a, json: {...a.json, instance: '../p'}} : a)}),
+  },
+  'status.phase': {
+    mode: 'safe',
+    fault: "status reports phase 'paused'",
+    make: (own) => faulty(own, {after: (r, a) => (r.op === 'status' && a.status === 200 ? {...a, json: {...a.json, phase: 'paused'}} : a)}),
+  },
   'report.schema': {mode: 'safe', fault: 'the report leaves counts out', make: (own) => faulty(own, {after: (r, a) => (r.op === 'status' && a.status === 200 ? (delete a.json.report.counts, a) : a)})},
   'report.blockers': {
     mode: 'safe',
     fault: 'blocker_count 1 with 2 blockers listed',
-    make: (own) => faulty(own, {after: (r, a) => (r.op === 'status' && a.status === 200 ? {...a, json: {...a.json, report: {...a.json.report, ready: false, blockers: ['b1', 'b2'], blocker_count: 1}}} : a)}),
+    make: (own) =>
+      faulty(own, {after: (r, a) => (r.op === 'status' && a.status === 200 ? {...a, json: {...a.json, report: {...a.json.report, ready: false, blockers: ['b1', 'b2'], blocker_count: 1}}} : a)}),
   },
-  'report.restarts': {mode: 'safe', fault: "a restart 'no/key' that is no capture key", make: (own) => faulty(own, {after: (r, a) => (r.op === 'status' && a.status === 200 ? {...a, json: {...a.json, report: {...a.json.report, restarts: ['no/key']}}} : a)})},
+  'report.restarts': {
+    mode: 'safe',
+    fault: "a restart 'no/key' that is no capture key",
+    make: (own) => faulty(own, {after: (r, a) => (r.op === 'status' && a.status === 200 ? {...a, json: {...a.json, report: {...a.json.report, restarts: ['no/key']}}} : a)}),
+  },
   'refuse.unknown-field': {
     mode: 'safe',
     fault: 'unknown keys are dropped instead of refused',
@@ -194,12 +237,24 @@ const TABLE: Record<string, Row> = {
   'refuse.checkpoint-id': {
     mode: 'safe',
     fault: 'any checkpoint_id is accepted',
-    make: (own) => faulty(own, {before: (r) => (r.method === 'POST' && r.json && typeof r.json.deadline_ts === 'number' && !CheckpointId.safeParse(r.json.checkpoint_id).success ? {status: 200, json: {phase: 'idle', idempotent: true}} : undefined)}),
+    make: (own) =>
+      faulty(own, {
+        before: (r) =>
+          r.method === 'POST' && r.json && typeof r.json.deadline_ts === 'number' && !CheckpointId.safeParse(r.json.checkpoint_id).success
+            ? {status: 200, json: {phase: 'idle', idempotent: true}}
+            : undefined,
+      }),
   },
   'refuse.deadline': {
     mode: 'safe',
     fault: 'a deadline_ts that is not a finite number is accepted',
-    make: (own) => faulty(own, {before: (r) => (r.op === 'prepare' && (!r.json || !Number.isFinite(r.json.deadline_ts)) ? {status: 200, json: {phase: 'prepared', report: {ready: true, blockers: [], blocker_count: 0, counts: {}, restarts: []}}} : undefined)}),
+    make: (own) =>
+      faulty(own, {
+        before: (r) =>
+          r.op === 'prepare' && (!r.json || !Number.isFinite(r.json.deadline_ts))
+            ? {status: 200, json: {phase: 'prepared', report: {ready: true, blockers: [], blocker_count: 0, counts: {}, restarts: []}}}
+            : undefined,
+      }),
   },
   'refuse.episode-id': {
     mode: 'safe',
@@ -207,7 +262,9 @@ const TABLE: Record<string, Row> = {
     make: (own) =>
       faulty(own, {
         before: (r) =>
-          r.op === 'commit' && Array.isArray(r.json?.episode_ids) && r.json.episode_ids.some((e: any) => typeof e !== 'object' || !RolloutIdSchema.safeParse(e.rollout_id).success || !(Number.isInteger(e.attempt) && e.attempt >= 0))
+          r.op === 'commit' &&
+          Array.isArray(r.json?.episode_ids) &&
+          r.json.episode_ids.some((e: any) => typeof e !== 'object' || !RolloutIdSchema.safeParse(e.rollout_id).success || !(Number.isInteger(e.attempt) && e.attempt >= 0))
             ? {status: 200, json: {phase: 'committed'}}
             : undefined,
       }),
@@ -215,23 +272,58 @@ const TABLE: Record<string, Row> = {
   'refuse.empty-lists': {
     mode: 'safe',
     fault: 'retire and forget accept empty lists',
-    make: (own) => faulty(own, {before: (r) => (r.op === 'retire' && r.json?.episode_ids?.length === 0 ? {status: 200, json: {retired: []}} : r.op === 'forget' && r.json?.rollout_ids?.length === 0 ? {status: 200, json: {forgotten: []}} : undefined)}),
+    make: (own) =>
+      faulty(own, {
+        before: (r) =>
+          r.op === 'retire' && r.json?.episode_ids?.length === 0
+            ? {status: 200, json: {retired: []}}
+            : r.op === 'forget' && r.json?.rollout_ids?.length === 0
+              ? {status: 200, json: {forgotten: []}}
+              : undefined,
+      }),
   },
   'retire.forget': {
     mode: 'destructive',
     fault: 'forget answers 200 but keeps the mark',
-    make: (own) => faulty(own, {before: (r, inner) => (r.op === 'forget' && r.json?.rollout_ids?.length && phase(inner) === 'idle' ? {status: 200, json: {forgotten: [...r.json.rollout_ids].sort()}} : undefined)}),
+    make: (own) =>
+      faulty(own, {before: (r, inner) => (r.op === 'forget' && r.json?.rollout_ids?.length && phase(inner) === 'idle' ? {status: 200, json: {forgotten: [...r.json.rollout_ids].sort()}} : undefined)}),
   },
-  'phase.prepare': {mode: 'destructive', fault: 'status of a prepared participant shows a lease that has already expired', make: (own) => faulty(own, {after: (r, a) => (r.op === 'status' && a.status === 200 && a.json.phase === 'prepared' ? {...a, json: {...a.json, lease_expires_at: Date.now() / 1000}} : a)})},
-  'phase.prepare-replay': {mode: 'destructive', fault: 'a prepare of the prepared ID is refused (409 invalid_phase)', make: (own) => faulty(own, {before: (r, inner) => (r.op === 'prepare' && phase(inner) === 'prepared' && activeId(inner) === r.json?.checkpoint_id ? err(409, 'invalid_phase') : undefined)})},
-  'lease.renew': {mode: 'destructive', fault: 'renew replies a lease 100 s before its deadline', make: (own) => faulty(own, {after: (r, a) => (r.op === 'renew' && a.status === 200 ? {...a, json: {lease_expires_at: r.json.deadline_ts - 100}} : a)})},
+  'phase.prepare': {
+    mode: 'destructive',
+    fault: 'status of a prepared participant shows a lease that has already expired',
+    make: (own) => faulty(own, {after: (r, a) => (r.op === 'status' && a.status === 200 && a.json.phase === 'prepared' ? {...a, json: {...a.json, lease_expires_at: Date.now() / 1000}} : a)}),
+  },
+  'phase.prepare-replay': {
+    mode: 'destructive',
+    fault: 'a prepare of the prepared ID is refused (409 invalid_phase)',
+    make: (own) => faulty(own, {before: (r, inner) => (r.op === 'prepare' && phase(inner) === 'prepared' && activeId(inner) === r.json?.checkpoint_id ? err(409, 'invalid_phase') : undefined)}),
+  },
+  'lease.renew': {
+    mode: 'destructive',
+    fault: 'renew replies a lease 100 s before its deadline',
+    make: (own) => faulty(own, {after: (r, a) => (r.op === 'renew' && a.status === 200 ? {...a, json: {lease_expires_at: r.json.deadline_ts - 100}} : a)}),
+  },
   'fence.conflict': {
     mode: 'destructive',
     fault: 'a prepare of another ID while one is open is answered 200 prepared',
-    make: (own) => faulty(own, {before: (r, inner) => (r.op === 'prepare' && activeId(inner) !== null && activeId(inner) !== r.json?.checkpoint_id ? {status: 200, json: {phase: 'prepared', report: {ready: true, blockers: [], blocker_count: 0, counts: {}, restarts: []}}} : undefined)}),
+    make: (own) =>
+      faulty(own, {
+        before: (r, inner) =>
+          r.op === 'prepare' && activeId(inner) !== null && activeId(inner) !== r.json?.checkpoint_id
+            ? {status: 200, json: {phase: 'prepared', report: {ready: true, blockers: [], blocker_count: 0, counts: {}, restarts: []}}}
+            : undefined,
+      }),
   },
-  'outside.retire-open': {mode: 'destructive', fault: 'retire is accepted while a checkpoint is open', make: (own) => faulty(own, {before: (r, inner) => (r.op === 'retire' && r.json?.episode_ids?.length && phase(inner) !== 'idle' ? {status: 200, json: {retired: ['x']}} : undefined)})},
-  'outside.forget-open': {mode: 'destructive', fault: 'forget is accepted while a checkpoint is open', make: (own) => faulty(own, {before: (r, inner) => (r.op === 'forget' && r.json?.rollout_ids?.length && phase(inner) !== 'idle' ? {status: 200, json: {forgotten: ['x']}} : undefined)})},
+  'outside.retire-open': {
+    mode: 'destructive',
+    fault: 'retire is accepted while a checkpoint is open',
+    make: (own) => faulty(own, {before: (r, inner) => (r.op === 'retire' && r.json?.episode_ids?.length && phase(inner) !== 'idle' ? {status: 200, json: {retired: ['x']}} : undefined)}),
+  },
+  'outside.forget-open': {
+    mode: 'destructive',
+    fault: 'forget is accepted while a checkpoint is open',
+    make: (own) => faulty(own, {before: (r, inner) => (r.op === 'forget' && r.json?.rollout_ids?.length && phase(inner) !== 'idle' ? {status: 200, json: {forgotten: ['x']}} : undefined)}),
+  },
   'commit.restart-in-scope': {
     mode: 'destructive',
     force: true,
@@ -241,7 +333,11 @@ const TABLE: Record<string, Row> = {
         after: (r, a) => ((r.op === 'status' || r.op === 'prepare') && a.status === 200 && a.json.report ? {...a, json: {...a.json, report: {...a.json.report, restarts: ['ghost']}}} : a),
       }),
   },
-  'commit.reply': {mode: 'destructive', fault: "the commit reply says phase 'prepared'", make: (own) => faulty(own, {after: (r, a) => (r.op === 'commit' && a.status === 200 ? {...a, json: {...a.json, phase: 'prepared'}} : a)})},
+  'commit.reply': {
+    mode: 'destructive',
+    fault: "the commit reply says phase 'prepared'",
+    make: (own) => faulty(own, {after: (r, a) => (r.op === 'commit' && a.status === 200 ? {...a, json: {...a.json, phase: 'prepared'}} : a)}),
+  },
   'store.manifest': {
     mode: 'destructive',
     fault: 'manifest.json written as JSON.stringify(m, null, 2) with a trailing newline',
@@ -310,7 +406,11 @@ const TABLE: Record<string, Row> = {
   'commit.replay': {
     mode: 'destructive',
     fault: 'a commit retried with equal arguments is refused (409 invalid_phase)',
-    make: (own) => faulty(own, {before: (r, inner) => (r.op === 'commit' && phase(inner) === 'committed' && activeId(inner) === r.json?.checkpoint_id && r.json.episode_ids?.length === 0 ? err(409, 'invalid_phase') : undefined)}),
+    make: (own) =>
+      faulty(own, {
+        before: (r, inner) =>
+          r.op === 'commit' && phase(inner) === 'committed' && activeId(inner) === r.json?.checkpoint_id && r.json.episode_ids?.length === 0 ? err(409, 'invalid_phase') : undefined,
+      }),
   },
   'commit.conflict': {
     mode: 'destructive',
@@ -344,11 +444,19 @@ const TABLE: Record<string, Row> = {
       })
     },
   },
-  'phase.resume': {mode: 'destructive', fault: 'resume always replies idempotent true', make: (own) => faulty(own, {after: (r, a) => (r.op === 'resume' && a.status === 200 ? {...a, json: {...a.json, idempotent: true}} : a)})},
+  'phase.resume': {
+    mode: 'destructive',
+    fault: 'resume always replies idempotent true',
+    make: (own) => faulty(own, {after: (r, a) => (r.op === 'resume' && a.status === 200 ? {...a, json: {...a.json, idempotent: true}} : a)}),
+  },
   'phase.resume-again': {
     mode: 'destructive',
     fault: 'a second resume of an ID is refused (409 stale_checkpoint)',
-    make: (own) => faulty(own, tracking((seen) => ({before: (r) => (r.op === 'resume' && seen.resumed.has(r.json?.checkpoint_id) ? err(409, 'stale_checkpoint') : undefined)}))),
+    make: (own) =>
+      faulty(
+        own,
+        tracking((seen) => ({before: (r) => (r.op === 'resume' && seen.resumed.has(r.json?.checkpoint_id) ? err(409, 'stale_checkpoint') : undefined)})),
+      ),
   },
   'fence.stale-prepare': {
     mode: 'destructive',
@@ -357,7 +465,10 @@ const TABLE: Record<string, Row> = {
       faulty(
         own,
         tracking((seen) => ({
-          before: (r) => (r.op === 'prepare' && seen.prepared.has(r.json?.checkpoint_id) && seen.resumed.has(r.json.checkpoint_id) ? {status: 200, json: {phase: 'prepared', report: {ready: true, blockers: [], blocker_count: 0, counts: {}, restarts: []}}} : undefined),
+          before: (r) =>
+            r.op === 'prepare' && seen.prepared.has(r.json?.checkpoint_id) && seen.resumed.has(r.json.checkpoint_id)
+              ? {status: 200, json: {phase: 'prepared', report: {ready: true, blockers: [], blocker_count: 0, counts: {}, restarts: []}}}
+              : undefined,
         })),
       ),
   },
@@ -368,7 +479,10 @@ const TABLE: Record<string, Row> = {
       faulty(
         own,
         tracking((seen) => ({
-          before: (r, inner) => (r.op === 'resume' && ResumeRequest.safeParse(r.json).success && phase(inner) === 'idle' && !seen.prepared.has(r.json.checkpoint_id) ? {status: 200, json: {phase: 'idle', idempotent: true}} : undefined),
+          before: (r, inner) =>
+            r.op === 'resume' && ResumeRequest.safeParse(r.json).success && phase(inner) === 'idle' && !seen.prepared.has(r.json.checkpoint_id)
+              ? {status: 200, json: {phase: 'idle', idempotent: true}}
+              : undefined,
         })),
       ),
   },
@@ -396,7 +510,10 @@ describe('gymckpt conformance against the built-in double', () => {
     expect([...new Set(skipped.map((r) => r.id))].sort()).toEqual(['commit.restart-in-scope', 'store.lines'])
     expect(skipped.find((r) => r.id === 'commit.restart-in-scope')!.message).toMatch(/reports no restart/)
     for (const d of CHECKS.filter((x) => x.destructive && !['commit.restart-in-scope', 'store.lines'].includes(x.id))) {
-      expect(full.results.filter((r) => r.id === d.id && r.result === 'pass').map((r) => r.server), d.id).toEqual(['env', 'policy', 'agent', 'res'])
+      expect(
+        full.results.filter((r) => r.id === d.id && r.result === 'pass').map((r) => r.server),
+        d.id,
+      ).toEqual(['env', 'policy', 'agent', 'res'])
     }
     for (const s of fleet.servers.filter((x) => x.controlPlane)) expect(s.controlPlane!.status()).toMatchObject({phase: 'idle', checkpoint_id: null, lease_expires_at: null, retired_rollouts: 0})
     expect(await readdir(scratch)).toEqual([])

@@ -17,7 +17,6 @@ import {RunTracker} from '../../src/coordination/runs.js'
 import {FULL, TOKEN, control, coordinatorFor, later, soon, startFleet, waitFor} from '../helpers/fleet.js'
 import {tempDir} from '../helpers/tmp.js'
 
-
 function client(opts: {grace?: number; token?: string} = {}): ControlClient {
   const c = new ControlClient({token: opts.token ?? TOKEN, replyGraceSeconds: opts.grace})
   later(() => c.close())
@@ -43,7 +42,10 @@ function firstArrival(fleet: Fleet, name: string, route: string): number {
 describe('discover', () => {
   it('skips 404 servers, sorts by kind then name, and keeps no non-participant', async () => {
     const fleet = await startFleet({members: FULL})
-    const d = await discover(client(), fleet.servers.map((s) => ({name: s.name, url: s.url})))
+    const d = await discover(
+      client(),
+      fleet.servers.map((s) => ({name: s.name, url: s.url})),
+    )
     expect(d.participants.map((p) => [p.server, p.kind])).toEqual([
       ['env', 'environment'],
       ['policy', 'model'],
@@ -62,23 +64,33 @@ describe('discover', () => {
     const silent = await rawServer(() => {})
     const down = await rawServer(() => {})
     const downUrl = down.replace(/:\d+$/, ':1')
-    const err = await discover(client(), [...fleet.servers.map((s) => ({name: s.name, url: s.url})), {name: 'planner', url: planner}, {name: 'silent', url: silent}, {name: 'down', url: downUrl}], {probeTimeoutMs: 1500}).catch((e: unknown) => e)
+    const err = await discover(client(), [...fleet.servers.map((s) => ({name: s.name, url: s.url})), {name: 'planner', url: planner}, {name: 'silent', url: silent}, {name: 'down', url: downUrl}], {
+      probeTimeoutMs: 1500,
+    }).catch((e: unknown) => e)
     expect(err).toBeInstanceOf(CoordinationError)
     const e = err as CoordinationError
     expect(e.code).toBe('discovery')
-    expect(e.message).toContain("checkpoint discover failed on 3 participant(s)")
+    expect(e.message).toContain('checkpoint discover failed on 3 participant(s)')
     expect(e.message).toContain("planner: HTTP 200 unknown_kind unknown participant kind 'planner'")
     expect(e.message).toContain('silent: no status reply within 1.5 seconds')
     expect(e.message).toMatch(/down: connection refused .* after 3 tries/)
 
-    const bad = await discover(client({token: 'wrong'}), fleet.servers.map((s) => ({name: s.name, url: s.url}))).catch((x: unknown) => x)
+    const bad = await discover(
+      client({token: 'wrong'}),
+      fleet.servers.map((s) => ({name: s.name, url: s.url})),
+    ).catch((x: unknown) => x)
     expect((bad as ControllerError).code).toBe('unauthorized')
     expect((bad as Error).message).not.toContain('wrong')
   })
 
   it('a fleet without a policy model fails discovery', async () => {
     const fleet = await startFleet({members: [FULL[0]!, FULL[2]!]})
-    await expect(discover(client(), fleet.servers.map((s) => ({name: s.name, url: s.url})))).rejects.toThrow('deployment: no policy model takes part in checkpoints')
+    await expect(
+      discover(
+        client(),
+        fleet.servers.map((s) => ({name: s.name, url: s.url})),
+      ),
+    ).rejects.toThrow('deployment: no policy model takes part in checkpoints')
   })
 })
 
@@ -95,7 +107,12 @@ describe('fan-out order and bodies', () => {
     expect(order('resume')).toEqual(['res', 'agent', 'policy', 'env'])
     const bodies = new Set(['env', 'policy', 'agent', 'res'].map((n) => fleet.server(n).journal.find((j) => j.route === 'commit')!.body))
     expect(bodies.size).toBe(1)
-    expect(JSON.parse([...bodies][0]!)).toEqual({checkpoint_id: out.checkpointId, deadline_ts: expect.any(Number), checkpoint_dir: path.join(root, out.checkpointId), episode_ids: [{rollout_id: 'a', attempt: 0}]})
+    expect(JSON.parse([...bodies][0]!)).toEqual({
+      checkpoint_id: out.checkpointId,
+      deadline_ts: expect.any(Number),
+      checkpoint_dir: path.join(root, out.checkpointId),
+      episode_ids: [{rollout_id: 'a', attempt: 0}],
+    })
     expect((await readdir(root)).sort()).toEqual(['LATEST', out.checkpointId])
     for (const s of c.participants) expect((await control(s.url, 'status')).json.phase).toBe('idle')
   })
@@ -141,7 +158,9 @@ describe('fan-out order and bodies', () => {
     await prepare(c, 'c1', soon())
     fleet.server('policy').faults.add('resume', {type: 'status', status: 500})
     const err = await resume(c, 'c1', soon()).catch((e: unknown) => e)
-    expect((err as Error).message).toBe('checkpoint resume failed on 1 participant(s): policy: HTTP 500 Internal Server Error. the other participants were resumed; resume \'c1\' again; an unreachable participant resumes itself when its lease expires')
+    expect((err as Error).message).toBe(
+      "checkpoint resume failed on 1 participant(s): policy: HTTP 500 Internal Server Error. the other participants were resumed; resume 'c1' again; an unreachable participant resumes itself when its lease expires",
+    )
     for (const n of ['env', 'agent', 'res']) expect((await control(fleet.server(n).url, 'status')).json.phase).toBe('idle')
     await resume(c, 'c1', soon())
     expect((await control(fleet.server('policy').url, 'status')).json.phase).toBe('idle')
@@ -239,7 +258,10 @@ describe('checkpoint: failures always end resumed, nothing half-published', () =
     const tracker = new RunTracker()
     let finished = false
     // An outstanding /run the participants no longer hold: its reply is on its way.
-    tracker.track({rolloutId: 'late', attempt: 0}, new Promise((r) => setTimeout(r, 300)).then(() => (finished = true)))
+    tracker.track(
+      {rolloutId: 'late', attempt: 0},
+      new Promise((r) => setTimeout(r, 300)).then(() => (finished = true)),
+    )
     const out = await checkpoint(c, {root: await tempDir(), tracker, timeoutS: 10})
     expect(finished).toBe(true)
     expect(out.awaitedRuns).toEqual([{rolloutId: 'late', attempt: 0}])
@@ -255,19 +277,28 @@ async function checkpointed(): Promise<{root: string; fleet: Fleet}> {
   for (const r of ['a', 'b']) void fleet.run({rolloutId: r, steps: 60, stepMs: 5})
   await waitFor(() => (fleet.server('env').participant as SimEnvironment).episodes.size === 2)
   const root = await tempDir()
-  await checkpoint(c, {root, timeoutS: 10, episodes: [{rolloutId: 'a', attempt: 0}, {rolloutId: 'b', attempt: 0}]})
+  await checkpoint(c, {
+    root,
+    timeoutS: 10,
+    episodes: [
+      {rolloutId: 'a', attempt: 0},
+      {rolloutId: 'b', attempt: 0},
+    ],
+  })
   await fleet.crash()
   return {root, fleet}
 }
 
 describe('restore', () => {
-
   it('restores every participant, resumes, and names the replacements', async () => {
     const {root} = await checkpointed()
     const fresh = await startFleet({members: FULL})
     const c = await coordinatorFor(fresh)
     const r = await restoreCheckpoint(c, {location: root, timeoutS: 10})
-    expect(r.replacements).toEqual([{rolloutId: 'a', attempt: 1}, {rolloutId: 'b', attempt: 1}])
+    expect(r.replacements).toEqual([
+      {rolloutId: 'a', attempt: 1},
+      {rolloutId: 'b', attempt: 1},
+    ])
     expect(r.restoredByServer).toEqual({env: ['a-a1', 'b-a1'], policy: ['a-a1', 'b-a1'], agent: ['a-a1', 'b-a1'], res: ['a-a1', 'b-a1']})
     for (const s of c.participants) expect((await control(s.url, 'status')).json.phase).toBe('idle')
     const cont = await fresh.run({rolloutId: 'a', attempt: 1, steps: 60, stepMs: 0})

@@ -71,7 +71,10 @@ describe('export rule of the participant double', () => {
     const root = await tempDir()
     const id = 'ckpt-1'
     const dir = path.join(root, id)
-    const scope: [string, number][] = [['a', 0], ['z', 0]]
+    const scope: [string, number][] = [
+      ['a', 0],
+      ['z', 0],
+    ]
     const replies = await commitAll(fleet, id, dir, scope)
     await resumeAll(fleet, id)
     await writeControllerManifest(dir, {
@@ -110,12 +113,23 @@ describe('export rule of the participant double', () => {
     const fleet = await startFleet({members: FULL})
     await live(fleet, 'a', 'b')
     const dir = await tempDir()
-    await commitAll(fleet, 'c1', dir, [['a', 0], ['b', 0]])
+    await commitAll(fleet, 'c1', dir, [
+      ['a', 0],
+      ['b', 0],
+    ])
     await fleet.crash()
 
     const fresh = await startFleet({members: FULL})
     for (const n of NAMES) {
-      const r = await control(fresh.server(n).url, 'restore', {checkpoint_id: 'rs', deadline_ts: soon(), checkpoint_dir: dir, episode_ids: wire([['a', 0], ['b', 0]])})
+      const r = await control(fresh.server(n).url, 'restore', {
+        checkpoint_id: 'rs',
+        deadline_ts: soon(),
+        checkpoint_dir: dir,
+        episode_ids: wire([
+          ['a', 0],
+          ['b', 0],
+        ]),
+      })
       expect(r.json.restored, n).toEqual(['a-a1', 'b-a1'])
     }
     await resumeAll(fresh, 'rs')

@@ -70,7 +70,10 @@ describe('model-based: random checkpoint, crash, restore and fault sequences', (
       const cause = details.errorInstance instanceof Error ? details.errorInstance.message : String(details.errorInstance)
       throw new Error(`${fc.defaultReportMessage(details) ?? 'failed'}\n\n${cause}\n\nreplay: ${replay}`)
     }
-    const stats = [...shared.stats].sort().map(([k, v]) => `${k}: ${v}`).join(', ')
+    const stats = [...shared.stats]
+      .sort()
+      .map(([k, v]) => `${k}: ${v}`)
+      .join(', ')
     console.log(`model-based: ${runs} run(s) in ${Date.now() - started} ms, seed ${details.seed}${skipped ? ` (time budget reached: ${skipped} run(s) not started)` : ''}; ${stats}`)
     expect(runs).toBeGreaterThan(0)
   })

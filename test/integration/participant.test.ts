@@ -85,7 +85,10 @@ describe('participant double: phases, fencing, idempotency', () => {
     await waitFor(() => (env.participant as SimEnvironment).episodes.size === 2)
     const dir = await tempDir()
     expect((await control(env.url, 'prepare', {checkpoint_id: 'c', deadline_ts: soon()})).json.phase).toBe('prepared')
-    const scope = [{rollout_id: 'a', attempt: 0}, {rollout_id: 'b', attempt: 0}]
+    const scope = [
+      {rollout_id: 'a', attempt: 0},
+      {rollout_id: 'b', attempt: 0},
+    ]
     const first = await control(env.url, 'commit', {checkpoint_id: 'c', deadline_ts: soon(), checkpoint_dir: dir, episode_ids: scope})
     expect(first.json.episode_ids).toEqual(['a', 'b'])
     const again = await control(env.url, 'commit', {checkpoint_id: 'c', deadline_ts: soon(), checkpoint_dir: dir, episode_ids: [...scope].reverse()})
@@ -191,7 +194,10 @@ describe('participant double: retire and forget', () => {
   it('forget is refused while a checkpoint is open', async () => {
     const s = await startServer('policy', 'model')
     await control(s.url, 'prepare', {checkpoint_id: 'c', deadline_ts: soon()})
-    expect((await control(s.url, 'forget', {checkpoint_id: 'forget', deadline_ts: soon(), rollout_ids: ['r']})).json.error).toEqual({code: 'invalid_phase', detail: 'not valid in phase prepared; resume first'})
+    expect((await control(s.url, 'forget', {checkpoint_id: 'forget', deadline_ts: soon(), rollout_ids: ['r']})).json.error).toEqual({
+      code: 'invalid_phase',
+      detail: 'not valid in phase prepared; resume first',
+    })
     await control(s.url, 'resume', {checkpoint_id: 'c', deadline_ts: soon()})
   })
 })

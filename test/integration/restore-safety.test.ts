@@ -90,11 +90,23 @@ describe('restore preflight: a restore never touches a fleet that holds work', (
   })
 
   it('names retired marks, restarts, blockers and restored state as reasons; a fresh status has none', () => {
-    const base = {kind: 'environment', instance: 'e', phase: 'idle', checkpoint_id: null, lease_expires_at: null, retired_rollouts: 0, report: {ready: true, blockers: [], blocker_count: 0, counts: {episodes: 0, workers: 4, cut: 7}, restarts: []}}
+    const base = {
+      kind: 'environment',
+      instance: 'e',
+      phase: 'idle',
+      checkpoint_id: null,
+      lease_expires_at: null,
+      retired_rollouts: 0,
+      report: {ready: true, blockers: [], blocker_count: 0, counts: {episodes: 0, workers: 4, cut: 7}, restarts: []},
+    }
     expect(restoreBlockers(base)).toEqual([])
     expect(restoreBlockers({...base, retired_rollouts: 2})).toEqual([expect.stringMatching(/^holds 2 retired-rollout mark\(s\)/)])
     expect(restoreBlockers({...base, restored_generation_cuts: ['r-a1']})).toEqual(['holds 1 restored episode(s) no replacement has claimed (restored_generation_cuts)'])
-    expect(restoreBlockers({...base, report: {...base.report, restarts: ['q'], blockers: ['r'], blocker_count: 5, counts: {held: 1}}})).toEqual(['holds 1 held', 'runs 1 restart(s)', 'reports 5 blocker(s) (work in flight)'])
+    expect(restoreBlockers({...base, report: {...base.report, restarts: ['q'], blockers: ['r'], blocker_count: 5, counts: {held: 1}}})).toEqual([
+      'holds 1 held',
+      'runs 1 restart(s)',
+      'reports 5 blocker(s) (work in flight)',
+    ])
   })
 })
 
@@ -105,10 +117,21 @@ describe('restore plan and order', () => {
     const c = await coordinatorFor(fresh)
     const plan = await planRestore(c, {location: root})
     expect(plan.busy).toEqual([])
-    expect(plan.continued).toEqual([{rolloutId: 'a', attempt: 0}, {rolloutId: 'b', attempt: 0}])
-    expect(plan.replacements).toEqual([{rolloutId: 'a', attempt: 1}, {rolloutId: 'b', attempt: 1}])
+    expect(plan.continued).toEqual([
+      {rolloutId: 'a', attempt: 0},
+      {rolloutId: 'b', attempt: 0},
+    ])
+    expect(plan.replacements).toEqual([
+      {rolloutId: 'a', attempt: 1},
+      {rolloutId: 'b', attempt: 1},
+    ])
     expect(plan.restarted).toEqual([{rolloutId: 'q', attempt: 0}])
-    expect(plan.participants.map((p) => [p.server, p.install])).toEqual([['env', 2], ['policy', 2], ['agent', 2], ['res', 2]])
+    expect(plan.participants.map((p) => [p.server, p.install])).toEqual([
+      ['env', 2],
+      ['policy', 2],
+      ['agent', 2],
+      ['res', 2],
+    ])
     expect(fresh.servers.flatMap((s) => s.journal.map((j) => j.route)).filter((r) => r !== 'status')).toEqual([])
     // The real restore installs exactly that.
     const r = await restoreCheckpoint(c, {location: root, timeoutS: 10})

@@ -47,7 +47,9 @@ describe('names a participant reports', () => {
       {name: 'agent2', url: b.url},
       {name: 'policy', url: model.url},
     ]).catch((e: unknown) => e)
-    expect((err as CoordinationError).failures).toEqual([expect.objectContaining({server: 'agent2', code: 'duplicate_instance', message: 'reports agent/shared, as agent1 does: both would write gym/agent/shared'})])
+    expect((err as CoordinationError).failures).toEqual([
+      expect.objectContaining({server: 'agent2', code: 'duplicate_instance', message: 'reports agent/shared, as agent1 does: both would write gym/agent/shared'}),
+    ])
   })
 })
 
@@ -95,7 +97,15 @@ describe('the publish gate', () => {
     // A participant that replies to commit with a manifest it never wrote.
     const liar = await fakeParticipant('resources', 'liar', (dir) => ({
       phase: 'committed',
-      manifest: {schema_version: 1, kind: 'resources', instance: 'liar', checkpoint_id: path.basename(dir), records_file: `records-${'0'.repeat(64)}.jsonl`, records_sha256: '0'.repeat(64), record_count: 0},
+      manifest: {
+        schema_version: 1,
+        kind: 'resources',
+        instance: 'liar',
+        checkpoint_id: path.basename(dir),
+        records_file: `records-${'0'.repeat(64)}.jsonl`,
+        records_sha256: '0'.repeat(64),
+        record_count: 0,
+      },
       episode_ids: [],
     }))
     const withLiar = {...c, participants: [...c.participants, {server: 'liar', url: liar, kind: 'resources' as const, instance: 'liar'}]}

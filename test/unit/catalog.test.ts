@@ -46,7 +46,16 @@ async function gymCheckpoint(root: string, id: string, createdAt: number): Promi
   const dir = path.join(root, id)
   await writeParticipantState({checkpointDir: dir, kind: 'environment', instance: 'env', checkpointId: id}, [rec('g1'), rec('g2')])
   await writeParticipantState({checkpointDir: dir, kind: 'model', instance: 'policy', checkpointId: id}, [rec('g1')])
-  await writeCollectionManifest(dir, {checkpoint_id: id, run_id: 'run-abc', created_at: createdAt, continued: [{rollout_id: 'g1', attempt: 0}, {rollout_id: 'g2', attempt: 0}], restarted: []})
+  await writeCollectionManifest(dir, {
+    checkpoint_id: id,
+    run_id: 'run-abc',
+    created_at: createdAt,
+    continued: [
+      {rollout_id: 'g1', attempt: 0},
+      {rollout_id: 'g2', attempt: 0},
+    ],
+    restarted: [],
+  })
 }
 
 describe('listCheckpoints', () => {
@@ -127,7 +136,10 @@ describe('listCheckpoints', () => {
     await writeFile(path.join(root, 'LATEST'), '')
     await expect(describeCheckpoint(root)).rejects.toThrow(/LATEST is empty: it names no checkpoint; no checkpoint is marked LATEST: name a checkpoint ID/)
     // A checkpoint directory given as the root lists nothing, and says what to run instead.
-    expect(await listCheckpoints(path.join(root, 'g'))).toMatchObject({checkpoints: [], warnings: [expect.stringMatching(/looks like a checkpoint directory, not a checkpoint root: gymckpt describe/)]})
+    expect(await listCheckpoints(path.join(root, 'g'))).toMatchObject({
+      checkpoints: [],
+      warnings: [expect.stringMatching(/looks like a checkpoint directory, not a checkpoint root: gymckpt describe/)],
+    })
   })
 })
 
@@ -138,7 +150,15 @@ describe('describeCheckpoint', () => {
     const d = await describeCheckpoint(root)
     expect(d.entry.id).toBe(id)
     expect(d.entry.latest).toBe(true)
-    expect(d.manifest).toMatchObject({file: 'gymckpt.json', runId: null, continued: [{rollout_id: 'a', attempt: 0}, {rollout_id: 'b', attempt: 0}], restarted: [{rollout_id: 'r', attempt: 0}]})
+    expect(d.manifest).toMatchObject({
+      file: 'gymckpt.json',
+      runId: null,
+      continued: [
+        {rollout_id: 'a', attempt: 0},
+        {rollout_id: 'b', attempt: 0},
+      ],
+      restarted: [{rollout_id: 'r', attempt: 0}],
+    })
     expect(d.participants.map((p) => [p.kind, p.instance, p.server])).toEqual([
       ['agent', 'agent', 'agent'],
       ['environment', 'env', 'env'],

@@ -33,7 +33,15 @@ describe('input rows', () => {
     // -a0 and -a01 are not the reserved suffix (section 8: r-a0 -> rollout 'r-a0', attempt 0).
     expect(rowRolloutId({_ng_rollout_id: 'r-a0'}, 'x')).toBe('r-a0')
     expect(rowRolloutId({_ng_rollout_id: 'r-a01'}, 'x')).toBe('r-a01')
-    for (const bad of [{}, {_ng_task_index: 1}, {_ng_task_index: -1, _ng_rollout_index: 0}, {_ng_task_index: 1.5, _ng_rollout_index: 0}, {_ng_task_index: '1', _ng_rollout_index: 0}, {_ng_rollout_id: 7}, {_ng_rollout_id: '.hidden'}]) {
+    for (const bad of [
+      {},
+      {_ng_task_index: 1},
+      {_ng_task_index: -1, _ng_rollout_index: 0},
+      {_ng_task_index: 1.5, _ng_rollout_index: 0},
+      {_ng_task_index: '1', _ng_rollout_index: 0},
+      {_ng_rollout_id: 7},
+      {_ng_rollout_id: '.hidden'},
+    ]) {
       expect(() => rowRolloutId(bad, 'rows.jsonl:4'), JSON.stringify(bad)).toThrow(/rows\.jsonl:4/)
     }
 

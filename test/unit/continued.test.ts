@@ -29,7 +29,15 @@ describe('continuedOf (the commit scope) with a Set lookup', () => {
 
   it('PrepareResult.continued leaves out the restarts of every participant, in the controller order', () => {
     const reply = (restarts: string[]) => ({phase: 'prepared' as const, report: {ready: true, blockers: [], counts: {}, restarts}})
-    const r = new PrepareResult('c', true, new Map([['env', reply(['b-a2', 'd'])], ['model', reply(['d', 'a'])]]), [])
+    const r = new PrepareResult(
+      'c',
+      true,
+      new Map([
+        ['env', reply(['b-a2', 'd'])],
+        ['model', reply(['d', 'a'])],
+      ]),
+      [],
+    )
     expect(r.restarts()).toEqual([
       {rolloutId: 'b', attempt: 2},
       {rolloutId: 'd', attempt: 0},

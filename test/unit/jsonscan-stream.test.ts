@@ -47,7 +47,7 @@ describe('JsonScanner fed in pieces', () => {
     fc.assert(
       fc.property(value, fc.boolean(), fc.array(fc.nat(), {maxLength: 6}), fc.nat(), fc.integer({min: 0, max: 255}), fc.boolean(), (v, raw, cuts, pos, byte, corrupt) => {
         // pyDumps escapes all non-ASCII; JSON.stringify writes it raw (UTF-8), as other writers may.
-        const text = raw ? JSON.stringify(v as never) ?? 'null' : pyDumps(v as PyValue)
+        const text = raw ? (JSON.stringify(v as never) ?? 'null') : pyDumps(v as PyValue)
         let buf = Buffer.from(text, 'utf8')
         if (corrupt && buf.length) {
           buf = Buffer.from(buf)
@@ -104,11 +104,15 @@ async function participant(lines: Buffer[]): Promise<string> {
   const body = Buffer.concat(lines.flatMap((l) => [l, Buffer.from('\n')]))
   const sha = createHash('sha256').update(body).digest('hex')
   await writeFile(path.join(dir, `records-${sha}.jsonl`), body)
-  await writeFile(path.join(dir, 'manifest.json'), encodeManifest({checkpoint_id: 'c', instance: 'a', kind: 'agent', record_count: lines.length, records_file: `records-${sha}.jsonl`, records_sha256: sha, schema_version: 1}))
+  await writeFile(
+    path.join(dir, 'manifest.json'),
+    encodeManifest({checkpoint_id: 'c', instance: 'a', kind: 'agent', record_count: lines.length, records_file: `records-${sha}.jsonl`, records_sha256: sha, schema_version: 1}),
+  )
   return dir
 }
 
-const record = (id: string, size: number, extra = '') => Buffer.from(`{"episode_id": {"rollout_id": "${id}", "attempt": 0}, "n": [${'1.5, '.repeat(size / 5)}-0.0], "s": "${'\\u00e9x'.repeat(size / 14)}"${extra}}`)
+const record = (id: string, size: number, extra = '') =>
+  Buffer.from(`{"episode_id": {"rollout_id": "${id}", "attempt": 0}, "n": [${'1.5, '.repeat(size / 5)}-0.0], "s": "${'\\u00e9x'.repeat(size / 14)}"${extra}}`)
 
 describe('readParticipantState streams records larger than its read buffer', () => {
   it('verifies lines of 3 MB and lines whose start straddles a chunk, and keeps exactly the ones in scope', async () => {
@@ -161,7 +165,12 @@ describe('readParticipantState streams records larger than its read buffer', () 
     const r = await readParticipantState(dir, {keep: new Set(['z-a3', 'y'])})
     expect(r.keys).toEqual(['x', 'z-a3', 'y'])
     expect(r.kept.map((k) => k.key)).toEqual(['z-a3', 'y'])
-    expect((pyLoads(dup.toString('latin1')) as Map<string, PyValue>).get('episode_id')).toEqual(new Map<string, PyValue>([['rollout_id', 'z'], ['attempt', 3]]))
+    expect((pyLoads(dup.toString('latin1')) as Map<string, PyValue>).get('episode_id')).toEqual(
+      new Map<string, PyValue>([
+        ['rollout_id', 'z'],
+        ['attempt', 3],
+      ]),
+    )
   })
 
   it('a last line without its newline is a record, and an empty line is not JSON', async () => {
@@ -175,7 +184,10 @@ describe('readParticipantState streams records larger than its read buffer', () 
       const sha = createHash('sha256').update(body).digest('hex')
       await writeFile(path.join(dir, `records-${sha}.jsonl`), body)
       const count = Array.isArray(expectation) ? expectation.length : 2
-      await writeFile(path.join(dir, 'manifest.json'), encodeManifest({checkpoint_id: 'c', instance: 'a', kind: 'agent', record_count: count, records_file: `records-${sha}.jsonl`, records_sha256: sha, schema_version: 1}))
+      await writeFile(
+        path.join(dir, 'manifest.json'),
+        encodeManifest({checkpoint_id: 'c', instance: 'a', kind: 'agent', record_count: count, records_file: `records-${sha}.jsonl`, records_sha256: sha, schema_version: 1}),
+      )
       if (Array.isArray(expectation)) expect((await readParticipantState(dir, {keep: null})).keys).toEqual(expectation)
       else await expect(readParticipantState(dir, {keep: null})).rejects.toThrow(expectation as RegExp)
     }

@@ -44,7 +44,12 @@ describe('episodeFromPrefix', () => {
   })
 
   it('declines anything else, so the caller decodes the line', () => {
-    for (const t of ['{"s": 1, "episode_id": {"rollout_id": "r", "attempt": 0}}', '{"episode_id": {"attempt": 0, "rollout_id": "r"}}', '{"episode_id": {"rollout_id": "r", "attempt": 0}, "episode_id": {"rollout_id": "q", "attempt": 0}}', '{"episode_id": {"rollout_id": "\\u0072", "attempt": 0}}']) {
+    for (const t of [
+      '{"s": 1, "episode_id": {"rollout_id": "r", "attempt": 0}}',
+      '{"episode_id": {"attempt": 0, "rollout_id": "r"}}',
+      '{"episode_id": {"rollout_id": "r", "attempt": 0}, "episode_id": {"rollout_id": "q", "attempt": 0}}',
+      '{"episode_id": {"rollout_id": "\\u0072", "attempt": 0}}',
+    ]) {
       expect(episodeFromPrefix(Buffer.from(t)), t).toBeNull()
     }
   })

@@ -72,7 +72,9 @@ describe('layering (DESIGN.md)', () => {
   })
 
   it('only commands and cli import oclif, ansis or listr2', async () => {
-    const bad = (await sources()).flatMap((f) => (f.layer === 'commands' || f.layer === 'cli' ? [] : f.imports.filter((i) => SHELL_ONLY.some((s) => i === s || i.startsWith(`${s}/`))).map((i) => `${f.file} imports ${i}`)))
+    const bad = (await sources()).flatMap((f) =>
+      f.layer === 'commands' || f.layer === 'cli' ? [] : f.imports.filter((i) => SHELL_ONLY.some((s) => i === s || i.startsWith(`${s}/`))).map((i) => `${f.file} imports ${i}`),
+    )
     expect(bad).toEqual([])
   })
 

@@ -16,7 +16,13 @@ describe('planPrune', () => {
   it('keeps the newest published and LATEST, removes older ones, old partial commits and stale temp files only', async () => {
     const root = await tempDir()
     const t = Date.now() / 1000
-    for (const [id, age] of [['c1', 400], ['c2', 300], ['c3', 200], ['c4', 100]] as const) await published(root, id, t - age)
+    for (const [id, age] of [
+      ['c1', 400],
+      ['c2', 300],
+      ['c3', 200],
+      ['c4', 100],
+    ] as const)
+      await published(root, id, t - age)
     await publishLatest(root, 'c1')
     // A commit that never finished, older than LATEST; and one newer (maybe in progress).
     await mkdir(path.join(root, 'old-partial', 'gym'), {recursive: true})

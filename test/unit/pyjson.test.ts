@@ -102,5 +102,4 @@ describe('pyDumps / pyLoads', () => {
     expect(() => pyDumps(new Map([['k', v]]))).toThrow(/nests deeper/)
     expect(() => pyLoads(arrays(200_000))).toThrow(/nest/)
   })
-
 })

@@ -8,8 +8,20 @@ import {tempDir} from '../helpers/tmp.js'
 
 const record = (p: number, i: number, big: number): Map<string, PyValue> =>
   new Map<string, PyValue>([
-    ['episode_id', new Map<string, PyValue>([['rollout_id', `p${p}r${i}`], ['attempt', 0]])],
-    ['state', new Map<string, PyValue>([['text', `participant ${p} record ${i} ${'x'.repeat(i % 7 === 0 ? big : 40)}`], ['n', [p, i, NaN]]])],
+    [
+      'episode_id',
+      new Map<string, PyValue>([
+        ['rollout_id', `p${p}r${i}`],
+        ['attempt', 0],
+      ]),
+    ],
+    [
+      'state',
+      new Map<string, PyValue>([
+        ['text', `participant ${p} record ${i} ${'x'.repeat(i % 7 === 0 ? big : 40)}`],
+        ['n', [p, i, NaN]],
+      ]),
+    ],
   ])
 
 describe('records writers running at once in one process (the fleet double, the demo)', () => {

@@ -161,7 +161,10 @@ describe('readParticipantState: every invalid_checkpoint_state case', () => {
     const body = bad + '\n'
     const sha = createHash('sha256').update(body).digest('hex')
     await writeFile(path.join(dir, `records-${sha}.jsonl`), body)
-    await writeFile(path.join(dir, 'manifest.json'), encodeManifest({schema_version: 1, kind: 'environment', instance: 'env', checkpoint_id: 'c', records_file: `records-${sha}.jsonl`, records_sha256: sha, record_count: 1}))
+    await writeFile(
+      path.join(dir, 'manifest.json'),
+      encodeManifest({schema_version: 1, kind: 'environment', instance: 'env', checkpoint_id: 'c', records_file: `records-${sha}.jsonl`, records_sha256: sha, record_count: 1}),
+    )
     await expect(read(dir)).rejects.toThrow(msg)
   })
 
@@ -172,7 +175,10 @@ describe('readParticipantState: every invalid_checkpoint_state case', () => {
     const body = line('a') + '\n' + line('b', 0, ', "v": Infinity')
     const sha = createHash('sha256').update(body).digest('hex')
     await writeFile(path.join(dir, 'records.jsonl'), body)
-    await writeFile(path.join(dir, 'manifest.json'), JSON.stringify({schema_version: 1, kind: 'environment', instance: 'env', checkpoint_id: 'c', records_file: 'records.jsonl', records_sha256: sha, record_count: 2}))
+    await writeFile(
+      path.join(dir, 'manifest.json'),
+      JSON.stringify({schema_version: 1, kind: 'environment', instance: 'env', checkpoint_id: 'c', records_file: 'records.jsonl', records_sha256: sha, record_count: 2}),
+    )
     expect((await read(dir)).keys).toEqual(['a', 'b'])
   })
 })
@@ -204,7 +210,13 @@ describe('readParticipantState: the offline-only checks (within)', () => {
 describe('sortFindDuplicates', () => {
   it('sorts the keys in place and names each key held more than once, with its count, up to a limit', () => {
     const keys = ['b', 'a', 'c', 'b', 'a', 'b', 'd', 'e', 'e']
-    expect(sortFindDuplicates(keys, 2)).toEqual({count: 3, first: [{key: 'a', records: 2}, {key: 'b', records: 3}]})
+    expect(sortFindDuplicates(keys, 2)).toEqual({
+      count: 3,
+      first: [
+        {key: 'a', records: 2},
+        {key: 'b', records: 3},
+      ],
+    })
     expect(keys).toEqual(['a', 'a', 'b', 'b', 'b', 'c', 'd', 'e', 'e'])
     expect(sortFindDuplicates(['x', 'y'])).toEqual({count: 0, first: []})
   })

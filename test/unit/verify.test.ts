@@ -21,7 +21,12 @@ async function make(opts: {records?: Record<string, string[]>; continued?: [stri
     const manifest = await writeParticipantState({checkpointDir: dir, kind, instance, checkpointId: id}, lines)
     participants.push({server: instance, kind, instance, manifest, episode_ids: []})
   }
-  const continued = (opts.continued ?? [['a', 0], ['b', 1]]).map(([r, a]) => ({rollout_id: r, attempt: a}))
+  const continued = (
+    opts.continued ?? [
+      ['a', 0],
+      ['b', 1],
+    ]
+  ).map(([r, a]) => ({rollout_id: r, attempt: a}))
   const restarted = (opts.restarted ?? []).map(([r, a]) => ({rollout_id: r, attempt: a}))
   if (opts.gymCollection) {
     await writeFile(path.join(dir, 'collection.json'), JSON.stringify({checkpoint_id: id, run_id: 'f'.repeat(32), created_at: 1, continued, restarted}))
@@ -65,7 +70,12 @@ describe('verifyCheckpoint', () => {
   })
 
   it('records outside the commit scope are not an error: counted per participant, and the report says a restore skips them', async () => {
-    const {root} = await make({continued: [['b', 1], ['c', 0]]})
+    const {root} = await make({
+      continued: [
+        ['b', 1],
+        ['c', 0],
+      ],
+    })
     const r = await verifyCheckpoint(root)
     expect(r.problems.filter((p) => p.severity === 'error')).toEqual([])
     expect(r.ok).toBe(true)
@@ -125,11 +135,20 @@ describe('verifyCheckpoint: what only an offline check refuses', () => {
   const manifestOf = async (d: string) => JSON.parse(await readFile(path.join(d, 'manifest.json'), 'utf8')) as {records_file: string; records_sha256: string}
 
   it('duplicate records of one episode in a records file, naming the episodes and the directory', async () => {
-    const {dir} = await make({records: {'agent/agent': [rec('a'), rec('b', 1), rec('a'), rec('c'), rec('a'), rec('c')]}, continued: [['a', 0], ['b', 1], ['c', 0]]})
+    const {dir} = await make({
+      records: {'agent/agent': [rec('a'), rec('b', 1), rec('a'), rec('c'), rec('a'), rec('c')]},
+      continued: [
+        ['a', 0],
+        ['b', 1],
+        ['c', 0],
+      ],
+    })
     const r = await verifyCheckpoint(dir)
     expect(r.ok).toBe(false)
     const m = await manifestOf(agentDir(dir))
-    expect(errors(r)).toEqual([{severity: 'error', where: agentDir(dir), message: `${m.records_file} holds more than one record of 2 episodes 'a' (3 records), 'c' (2 records): a restore would install one episode twice`}])
+    expect(errors(r)).toEqual([
+      {severity: 'error', where: agentDir(dir), message: `${m.records_file} holds more than one record of 2 episodes 'a' (3 records), 'c' (2 records): a restore would install one episode twice`},
+    ])
     expect(r.participants[0]).toMatchObject({ok: false, records: 6, inScope: 6, outsideScope: 0, scopeWithoutRecord: 0})
   })
 
@@ -188,7 +207,9 @@ describe('verifyCheckpoint: what only an offline check refuses', () => {
     await writeFile(path.join(d, 'manifest.json'), JSON.stringify({...m, records_file: wrong}))
     const r = await verifyCheckpoint(dir)
     expect(r.ok).toBe(false)
-    expect(errors(r)).toEqual([{severity: 'error', where: d, message: `${path.join(d, wrong)} is named for sha256 ${'0'.repeat(64)}, but its content and its manifest's records_sha256 are ${m.records_sha256}`}])
+    expect(errors(r)).toEqual([
+      {severity: 'error', where: d, message: `${path.join(d, wrong)} is named for sha256 ${'0'.repeat(64)}, but its content and its manifest's records_sha256 are ${m.records_sha256}`},
+    ])
   })
 
   it("a records file named for its manifest's digest but holding other bytes is an error", async () => {
