@@ -5,9 +5,9 @@
 //   standard  1,000 records of ~350 KB (~350 MB)
 //   large     100 records of ~20 MB (~2 GB): one record is far larger than any read buffer, so
 //             verify must stream within a record to keep its peak RSS bounded
-// gymckpt is measured four times: verifyCheckpoint in a bare process (the library's throughput,
-// the process start excluded) with its default threads, with one, and with a worker per core, and
-// the CLI as an operator runs it (wall, start-up included).
+// gymckpt is measured three times: verifyCheckpoint in a bare process (the library's throughput,
+// the process start excluded) with its default threads (one per core: this one and workers) and
+// with one, and the CLI as an operator runs it (wall, start-up included).
 // Throughput ratio = baseline time / gymckpt time (goal: >= 0.8 of openssl's), medians of the
 // per-run ratios; peak RSS from each process itself or GNU time.
 // Usage: npm run bench:verify -- [--runs 5] [--records 1000] [--kb 350] [--large-records 100] [--large-mb 20] [--large 0]
@@ -85,7 +85,7 @@ try {
     const cli = fileURLToPath(RUN_JS)
     // Warm the page cache so every tool reads from memory.
     warm(ck.files)
-    const m = {lib: [], lib1: [], libAll: [], cli: [], openssl: [], sha256sum: [], nodeStart: []}
+    const m = {lib: [], lib1: [], cli: [], openssl: [], sha256sum: [], nodeStart: []}
     const rss = {}
     const keep = (k, r) => {
       m[k].push(r.ms ?? r.wallMs)
@@ -94,13 +94,12 @@ try {
     for (let r = 0; r < RUNS; r++) {
       keep('lib', run(process.execPath, ['--input-type=module', '-e', verifyScript(ck.dir)], {json: true}))
       keep('lib1', run(process.execPath, ['--input-type=module', '-e', verifyScript(ck.dir, {concurrency: 1})], {json: true}))
-      if (CORES > 1) keep('libAll', run(process.execPath, ['--input-type=module', '-e', verifyScript(ck.dir, {concurrency: CORES})], {json: true}))
       keep('cli', run(process.execPath, [cli, 'verify', ck.dir, '--json']))
       if (OPENSSL) keep('openssl', run(OPENSSL, ['dgst', '-sha256', ...ck.files]))
       if (SHA256SUM) keep('sha256sum', run(SHA256SUM, ck.files))
       keep('nodeStart', run(process.execPath, ['-e', '0']))
       console.error(
-        `${set.name} run ${r + 1}/${RUNS}: verifyCheckpoint ${secs(m.lib.at(-1))} (one thread ${secs(m.lib1.at(-1))}, ${CORES} threads ${secs(m.libAll.at(-1))}), CLI ${secs(m.cli.at(-1))}, openssl ${secs(m.openssl.at(-1))}, sha256sum ${secs(m.sha256sum.at(-1))}, node -e 0 ${secs(m.nodeStart.at(-1))} — ${load()}`,
+        `${set.name} run ${r + 1}/${RUNS}: verifyCheckpoint ${secs(m.lib.at(-1))} (one thread ${secs(m.lib1.at(-1))}), CLI ${secs(m.cli.at(-1))}, openssl ${secs(m.openssl.at(-1))}, sha256sum ${secs(m.sha256sum.at(-1))}, node -e 0 ${secs(m.nodeStart.at(-1))} — ${load()}`,
       )
     }
     results.push({set, ck, m, rss})
@@ -116,9 +115,8 @@ for (const {set, ck, m, rss} of results) {
   const size = `${set.records.toLocaleString('en')} x ${set.kb >= 1024 ? `${Math.round(set.kb / 1024)} MB` : `${set.kb} KB`} (${Math.round(ck.bytes / 1e6)} MB)`
   const rate = (ms) => `${Math.round(ck.bytes / 1e6 / (median(ms) / 1000))} MB/s`
   for (const [what, g] of [
-    ['verifyCheckpoint (library, default threads)', 'lib'],
+    [`verifyCheckpoint (library, default: ${CORES} threads, this one and ${CORES - 1} worker${CORES === 2 ? '' : 's'})`, 'lib'],
     ['verifyCheckpoint (library, one thread)', 'lib1'],
-    ...(CORES > 1 ? [[`verifyCheckpoint (library, ${CORES} worker threads)`, 'libAll']] : []),
     ['gymckpt verify (CLI, wall)', 'cli'],
   ]) {
     for (const [bName, b] of [
