@@ -8,13 +8,7 @@ export default {
   checkers: ['typescript'],
   tsconfigFile: 'tsconfig.json',
   typescriptChecker: {prioritizePerformanceOverAccuracy: true},
-  mutate: [
-    'src/coordination/**/*.ts',
-    'src/protocol/**/*.ts',
-    'src/storage/**/*.ts',
-    'src/control-plane/control-plane.ts',
-    '!src/**/index.ts',
-  ],
+  mutate: ['src/coordination/**/*.ts', 'src/protocol/**/*.ts', 'src/storage/**/*.ts', 'src/control-plane/control-plane.ts', '!src/**/index.ts'],
   coverageAnalysis: 'perTest',
   // The machine has 2 cores and is shared; each runner also starts real HTTP servers.
   concurrency: 2,

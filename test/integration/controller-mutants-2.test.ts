@@ -56,7 +56,7 @@ const liarReply = (kind: string, instance: string) => (dir: string) => ({
 })
 
 describe('checkpoint with real records', () => {
-  it('each participant\'s bytes are its own records file\'s; without a scope, the committed episodes are the continued ones, sorted', async () => {
+  it("each participant's bytes are its own records file's; without a scope, the committed episodes are the continued ones, sorted", async () => {
     const fleet = await startFleet({members: FULL})
     const c = await coordinatorFor(fleet)
     await live(fleet, ['r2', 'r1'])
@@ -195,7 +195,13 @@ describe('deadlines and messages of closing and preparing', () => {
     fleet.server('env').participant!.stuckBlockers = ['b1']
     const err = (await prepareOrAbort(c, 'c1', soon(0.6)).catch((e: unknown) => e)) as ControllerError
     expect(err.message).toMatch(/blockers: env: 1 \(b1\)\. the fleet was resumed/)
-    const wide = await startFleet({members: [{name: 'e1', kind: 'environment'}, {name: 'e2', kind: 'environment'}, {name: 'm', kind: 'model'}]})
+    const wide = await startFleet({
+      members: [
+        {name: 'e1', kind: 'environment'},
+        {name: 'e2', kind: 'environment'},
+        {name: 'm', kind: 'model'},
+      ],
+    })
     const wc = await coordinatorFor(wide)
     wide.server('e1').participant!.stuckBlockers = ['x']
     wide.server('e2').participant!.stuckBlockers = ['y']

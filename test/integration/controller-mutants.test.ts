@@ -21,13 +21,22 @@ async function phases(urls: string[]): Promise<string[]> {
 }
 
 describe('CallTimer', () => {
-  it('sums each server\'s settled calls per operation, rounds them, and leaves the rest null', () => {
+  it("sums each server's settled calls per operation, rounds them, and leaves the rest null", () => {
     const heard: CallEvent[] = []
     const t = new CallTimer()
     const base = {participants: [], onCall: (e: CallEvent) => heard.push(e)} as unknown as Coordinator
     const w = t.wrap(base)
     expect(w.participants).toBe(base.participants)
-    const events = [ev('a', 'prepare', null), ev('a', 'prepare', 10.4), ev('a', 'prepare', 0.3), ev('a', 'commit', 2.5), ev('b', 'resume', 7), ev('b', 'renew', 100), ev('c', 'restore', 0), ev('d', 'prepare', null)]
+    const events = [
+      ev('a', 'prepare', null),
+      ev('a', 'prepare', 10.4),
+      ev('a', 'prepare', 0.3),
+      ev('a', 'commit', 2.5),
+      ev('b', 'resume', 7),
+      ev('b', 'renew', 100),
+      ev('c', 'restore', 0),
+      ev('d', 'prepare', null),
+    ]
     for (const e of events) w.onCall!(e)
     // The caller's own onCall still hears every event, sent ones too.
     expect(heard).toEqual(events)
@@ -175,7 +184,7 @@ describe('prepareOrAbort when blockers stay', () => {
 })
 
 describe('commitAndPublish', () => {
-  it('publish: false writes the participants\' state only: no gymckpt.json, LATEST untouched', async () => {
+  it("publish: false writes the participants' state only: no gymckpt.json, LATEST untouched", async () => {
     const fleet = await startFleet({members: FULL})
     const c = await coordinatorFor(fleet)
     const root = await tempDir()
@@ -196,13 +205,21 @@ describe('commitAndPublish', () => {
     await resume(c, 'c1', soon())
   })
 
-  it('a collection run ID also writes Gym\'s collection.json; controller state is stored in gymckpt.json', async () => {
+  it("a collection run ID also writes Gym's collection.json; controller state is stored in gymckpt.json", async () => {
     const fleet = await startFleet({members: FULL})
     const c = await coordinatorFor(fleet)
     const root = await tempDir()
     await prepare(c, 'c1', soon())
     const restarts = [{rolloutId: 'r', attempt: 0}]
-    const out = await commitAndPublish(c, {checkpointId: 'c1', root, episodes: [{rolloutId: 'q', attempt: 0}, ...restarts], restarts, deadlineTs: soon(), collectionRunId: 'run-7', controllerState: () => ({done: 3})})
+    const out = await commitAndPublish(c, {
+      checkpointId: 'c1',
+      root,
+      episodes: [{rolloutId: 'q', attempt: 0}, ...restarts],
+      restarts,
+      deadlineTs: soon(),
+      collectionRunId: 'run-7',
+      controllerState: () => ({done: 3}),
+    })
     expect(out.published).toBe(true)
     expect(out.restarted).toEqual(restarts)
     expect(out.continued).toEqual([{rolloutId: 'q', attempt: 0}])
@@ -350,10 +367,9 @@ describe('checkpoint: errors after prepare, and interrupts', () => {
     const c = await coordinatorFor(fleet)
     const root = await tempDir()
     const abort = new AbortController()
-    const err = (await checkpoint(
-      {...c, signal: abort.signal},
-      {root, checkpointId: 'c1', episodes: [], timeoutS: 10, onPhase: (p, s) => p === 'resume' && s === 'start' && abort.abort()},
-    ).catch((e: unknown) => e)) as ControllerError
+    const err = (await checkpoint({...c, signal: abort.signal}, {root, checkpointId: 'c1', episodes: [], timeoutS: 10, onPhase: (p, s) => p === 'resume' && s === 'start' && abort.abort()}).catch(
+      (e: unknown) => e,
+    )) as ControllerError
     expect(err.code).toBe('interrupted')
     expect(err.message).toBe("interrupted after checkpoint 'c1' was published; the fleet was resumed")
     expect(err.details).toEqual({checkpoint_id: 'c1', checkpoint_dir: path.join(root, 'c1'), published: true})

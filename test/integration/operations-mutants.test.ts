@@ -130,7 +130,11 @@ describe('resume', () => {
     fleet.server('c-agent').faults.add('resume', {type: 'status', status: 500})
     const all = await resumeAll(c, 'ck-r', soon())
     expect(all.failures.map((f) => f.server)).toEqual(['c-agent'])
-    expect([...all.replies.keys()].sort()).toEqual(WIDE.map((m) => m.name).filter((n) => n !== 'c-agent').sort())
+    expect([...all.replies.keys()].sort()).toEqual(
+      WIDE.map((m) => m.name)
+        .filter((n) => n !== 'c-agent')
+        .sort(),
+    )
     // c-agent's refused call is not journaled: one agent shows.
     expect(stageOrder(arrivals(fleet, 'resume'), [['resources'], ['agent'], ['model'], ['environment']])).toEqual([0, 0, 1, 2, 2, 3, 3])
     for (const s of fleet.servers) if (s.name !== 'c-agent') expect(s.controlPlane!.phase, s.name).toBe('idle')
@@ -151,7 +155,14 @@ describe('retire and forget', () => {
     expect(stageOrder(arrivals(fleet, 'retire'), [['environment'], ['agent'], ['model', 'resources']])).toEqual([0, 0, 1, 1, 2, 2, 2, 2])
     for (const s of fleet.servers) {
       expect(bodies(fleet, 'retire', s.name), s.name).toEqual([
-        {checkpoint_id: 'ret', deadline_ts: expect.any(Number), episode_ids: [{rollout_id: 'r1', attempt: 0}, {rollout_id: 'r2', attempt: 3}]},
+        {
+          checkpoint_id: 'ret',
+          deadline_ts: expect.any(Number),
+          episode_ids: [
+            {rollout_id: 'r1', attempt: 0},
+            {rollout_id: 'r2', attempt: 3},
+          ],
+        },
       ])
       expect(s.controlPlane!.retired.get('r2'), s.name).toBe(3)
     }
@@ -192,7 +203,10 @@ describe('retire and forget', () => {
     const eps = Array.from({length: RETIRE_BATCH + 1}, (_, i) => episode(`r${i}`))
     expect(await retire(c, 'ret', eps, soon())).toBe(RETIRE_BATCH + 1)
     for (const s of fleet.servers) {
-      expect(bodies(fleet, 'retire', s.name).map((b) => b.episode_ids.length), s.name).toEqual([RETIRE_BATCH, 1])
+      expect(
+        bodies(fleet, 'retire', s.name).map((b) => b.episode_ids.length),
+        s.name,
+      ).toEqual([RETIRE_BATCH, 1])
       expect(bodies(fleet, 'retire', s.name)[1].episode_ids, s.name).toEqual([{rollout_id: `r${RETIRE_BATCH}`, attempt: 0}])
     }
   })
@@ -387,7 +401,10 @@ describe('restore cleanup', () => {
     expect(bodies(fresh, 'retire', 'y-model')).toEqual([])
     for (const s of fresh.servers) {
       expect(s.controlPlane!.phase, s.name).toBe('idle')
-      expect(bodies(fresh, 'resume', s.name).map((b) => b.checkpoint_id), s.name).toEqual(['rs-1'])
+      expect(
+        bodies(fresh, 'resume', s.name).map((b) => b.checkpoint_id),
+        s.name,
+      ).toEqual(['rs-1'])
     }
   })
 
@@ -532,7 +549,7 @@ describe('operations: more rules', () => {
     expect((err as Error).message).toMatch(/^a participant reported a restart 'not a key' that is not a valid capture key: ./)
   })
 
-  it('a restore cleanup outlives the restore\'s own deadline: it gets 30 s more', async () => {
+  it("a restore cleanup outlives the restore's own deadline: it gets 30 s more", async () => {
     const {fleet, c} = await wide()
     const root = await tempDir()
     const run = fleet.run({rolloutId: 'e1', steps: 4, stepMs: 40}, 'a-env')
@@ -571,6 +588,10 @@ describe('operations: more rules', () => {
     const err = (await restore({...fc, signal: abort.signal, onCall}, 'rs-6', root, [], soon()).catch((e: unknown) => e)) as ControllerError
     expect(err.code).toBe('interrupted')
     expect(err.message).toBe("interrupted during restore 'rs-6'; what it installed was retired and the fleet was resumed")
-    for (const s of fresh.servers) expect(bodies(fresh, 'resume', s.name).map((b) => b.checkpoint_id), s.name).toEqual(['rs-6'])
+    for (const s of fresh.servers)
+      expect(
+        bodies(fresh, 'resume', s.name).map((b) => b.checkpoint_id),
+        s.name,
+      ).toEqual(['rs-6'])
   })
 })

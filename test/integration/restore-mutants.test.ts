@@ -34,10 +34,12 @@ describe('restoreBlockers', () => {
   })
 
   it('names every reason, in order', () => {
-    const st = fresh(
-      {phase: 'prepared', checkpoint_id: 'ck', retired_rollouts: 3, restored_pending: ['a-a1', 'b-a1'], restored_generation_cuts: ['c-a1']} as never,
-      {counts: {episodes: 2, sessions: 1, inflight: 4, held: 5}, restarts: ['r1'], blockers: ['x'], blocker_count: 7},
-    )
+    const st = fresh({phase: 'prepared', checkpoint_id: 'ck', retired_rollouts: 3, restored_pending: ['a-a1', 'b-a1'], restored_generation_cuts: ['c-a1']} as never, {
+      counts: {episodes: 2, sessions: 1, inflight: 4, held: 5},
+      restarts: ['r1'],
+      blockers: ['x'],
+      blocker_count: 7,
+    })
     expect(restoreBlockers(st)).toEqual([
       "is in phase prepared of 'ck'",
       'holds 2 episodes, 1 sessions, 4 inflight, 5 held',
@@ -83,7 +85,13 @@ describe('assertRestorable', () => {
   it('refuses, in order: an unreachable participant, a busy one, a checkpoint that fails verification, one never published', () => {
     const down = {server: 'm', status: null, code: 'connection', message: 'refused'}
     const busy = {server: 'e', reasons: ['holds 1 episodes', 'runs 1 restart(s)']}
-    const badVerify = {ok: false, problems: [{severity: 'warning', where: 'w', message: 'just a warning'}, {severity: 'error', where: 'gym/x', message: 'broken'}]} as never
+    const badVerify = {
+      ok: false,
+      problems: [
+        {severity: 'warning', where: 'w', message: 'just a warning'},
+        {severity: 'error', where: 'gym/x', message: 'broken'},
+      ],
+    } as never
     const e1 = (() => {
       try {
         assertRestorable(plan({unreachable: [down], busy: [busy], verify: badVerify, manifest: null}))
@@ -200,7 +208,11 @@ describe('planRestore and restoreCheckpoint', () => {
     expect(err).toBeInstanceOf(CoordinationError)
     expect(err.operation).toBe('retire')
     expect(err.message).toMatch(/retiring the crashed attempts of restarts before the restore failed; nothing was restored$/)
-    for (const s of target.servers) expect(s.journal.some((j) => j.route === 'restore'), s.name).toBe(false)
+    for (const s of target.servers)
+      expect(
+        s.journal.some((j) => j.route === 'restore'),
+        s.name,
+      ).toBe(false)
   })
 
   it('a resume that fails after a restore that succeeded names the restore ID to resume with', async () => {
@@ -220,14 +232,18 @@ describe('planRestore and restoreCheckpoint', () => {
     await new Promise((r) => setTimeout(r, 100))
     const err = (await restoreCheckpoint(tc, {location: root}).catch((e: unknown) => e)) as ControllerError
     expect(err.code).toBe('fleet_state')
-    for (const s of target.servers) expect(s.journal.some((j) => j.route === 'restore' || j.route === 'retire'), s.name).toBe(false)
+    for (const s of target.servers)
+      expect(
+        s.journal.some((j) => j.route === 'restore' || j.route === 'retire'),
+        s.name,
+      ).toBe(false)
     await target.server('env').controlPlane!.retire({checkpoint_id: 'x', deadline_ts: soon(), episode_ids: [{rollout_id: 'busy', attempt: 0}]})
     await run
   })
 })
 
 describe('restoreCheckpoint: timings and the restore log', () => {
-  it('a row per participant: restore and resume times, the records it installed and its file\'s bytes', async () => {
+  it("a row per participant: restore and resume times, the records it installed and its file's bytes", async () => {
     const {root, dir, tc} = await checkpointed()
     const r = await restoreCheckpoint(tc, {location: root})
     expect(r.timings.map((t) => t.server)).toEqual(['env', 'policy', 'agent', 'res'])
@@ -282,6 +298,10 @@ describe('restoreCheckpoint: timings and the restore log', () => {
     const err = (await p.catch((e: unknown) => e)) as ControllerError
     expect(err.code).toBe('interrupted')
     expect(err.message).toMatch(/^interrupted while retiring the restarts before restore 'restore-[0-9a-f]+'; nothing was restored$/)
-    for (const s of target.servers) expect(s.journal.some((j) => j.route === 'restore'), s.name).toBe(false)
+    for (const s of target.servers)
+      expect(
+        s.journal.some((j) => j.route === 'restore'),
+        s.name,
+      ).toBe(false)
   })
 })

@@ -21,11 +21,21 @@ async function ours(root: string, id: string, createdAt: number, parts: [string,
   const dir = path.join(root, id)
   const participants = []
   for (const [kind, instance, server, rollouts] of parts) {
-    const manifest = await writeParticipantState({checkpointDir: dir, kind, instance, checkpointId: id}, rollouts.map((r) => rec(r)))
+    const manifest = await writeParticipantState(
+      {checkpointDir: dir, kind, instance, checkpointId: id},
+      rollouts.map((r) => rec(r)),
+    )
     participants.push({server, kind, instance, manifest, episode_ids: rollouts.map((r) => `${r}#0`)})
   }
   const continued = [...new Set(parts.flatMap((p) => p[3]))].map((r) => ({rollout_id: r, attempt: 0}))
-  await writeControllerManifest(dir, {format_version: FORMAT_VERSION, checkpoint_id: id, created_at: createdAt, continued, restarted: (over.restarted ?? []).map((r) => ({rollout_id: r, attempt: 0})), participants})
+  await writeControllerManifest(dir, {
+    format_version: FORMAT_VERSION,
+    checkpoint_id: id,
+    created_at: createdAt,
+    continued,
+    restarted: (over.restarted ?? []).map((r) => ({rollout_id: r, attempt: 0})),
+    participants,
+  })
   return dir
 }
 
@@ -135,7 +145,13 @@ describe('listCheckpoints', () => {
 
   it('a subdirectory listed only when it holds gym/, gymckpt.json or collection.json', async () => {
     const root = await tempDir()
-    for (const [name, marker] of [['a', 'gym'], ['b', 'gymckpt.json'], ['c', 'collection.json'], ['d', 'manifest.json'], ['e', 'LATEST']] as const) {
+    for (const [name, marker] of [
+      ['a', 'gym'],
+      ['b', 'gymckpt.json'],
+      ['c', 'collection.json'],
+      ['d', 'manifest.json'],
+      ['e', 'LATEST'],
+    ] as const) {
       await mkdir(path.join(root, name))
       if (marker === 'gym') await mkdir(path.join(root, name, marker))
       else await writeFile(path.join(root, name, marker), '{')
@@ -182,17 +198,43 @@ describe('the --json documents', () => {
       ['environment', 'env', 'env-srv', ['a', 'b']],
       ['model', 'm', 'pol', ['a']],
     ])
-    await appendRestoreLog(root, {restore_id: 'restore-1', time: '2027-01-15T08:00:00.000Z', checkpoint_id: 'c1', checkpoint_dir: path.join(root, 'c1'), outcome: 'restored', error: null, participants: 2})
+    await appendRestoreLog(root, {
+      restore_id: 'restore-1',
+      time: '2027-01-15T08:00:00.000Z',
+      checkpoint_id: 'c1',
+      checkpoint_dir: path.join(root, 'c1'),
+      outcome: 'restored',
+      error: null,
+      participants: 2,
+    })
     const d = await describeCheckpoint(root, 'c1', {now: 1_800_000_060_000})
     const j = descriptionJson(d)
     const env = d.participants[0]!
     expect(j).toEqual({
       root,
       checkpoint: entryJson(d.entry),
-      manifest: {file: 'gymckpt.json', created: '2027-01-15T08:00:00.000Z', run_id: null, continued: [{rollout_id: 'a', attempt: 0}, {rollout_id: 'b', attempt: 0}], restarted: []},
+      manifest: {
+        file: 'gymckpt.json',
+        created: '2027-01-15T08:00:00.000Z',
+        run_id: null,
+        continued: [
+          {rollout_id: 'a', attempt: 0},
+          {rollout_id: 'b', attempt: 0},
+        ],
+        restarted: [],
+      },
       participants: [
         {kind: 'environment', instance: 'env', server: 'env-srv', records: 2, bytes: env.bytes, records_file: env.recordsFile, records_sha256: env.recordsSha256, error: null},
-        {kind: 'model', instance: 'm', server: 'pol', records: 1, bytes: d.participants[1]!.bytes, records_file: d.participants[1]!.recordsFile, records_sha256: d.participants[1]!.recordsSha256, error: null},
+        {
+          kind: 'model',
+          instance: 'm',
+          server: 'pol',
+          records: 1,
+          bytes: d.participants[1]!.bytes,
+          records_file: d.participants[1]!.recordsFile,
+          records_sha256: d.participants[1]!.recordsSha256,
+          error: null,
+        },
       ],
       restores: d.restores,
       verify: null,
@@ -217,8 +259,34 @@ describe('the --json documents', () => {
     expect(j.verify).toEqual({valid: false, uncovered: d.verify!.uncovered, problems: d.verify!.problems})
     expect(j.verify!.problems.length).toBeGreaterThan(0)
     expect(j.participants).toEqual([
-      {kind: 'model', instance: 'm', server: 'pol', records: 2, bytes: d.participants[0]!.bytes, records_file: d.participants[0]!.recordsFile, records_sha256: d.participants[0]!.recordsSha256, error: null, ok: true, in_scope: 2, outside_scope: 0, scope_without_record: 0},
-      {kind: 'agent', instance: 'x', server: 'ag', records: null, bytes: null, records_file: null, records_sha256: null, error: 'no directory gym/agent/x', ok: false, in_scope: null, outside_scope: null, scope_without_record: null},
+      {
+        kind: 'model',
+        instance: 'm',
+        server: 'pol',
+        records: 2,
+        bytes: d.participants[0]!.bytes,
+        records_file: d.participants[0]!.recordsFile,
+        records_sha256: d.participants[0]!.recordsSha256,
+        error: null,
+        ok: true,
+        in_scope: 2,
+        outside_scope: 0,
+        scope_without_record: 0,
+      },
+      {
+        kind: 'agent',
+        instance: 'x',
+        server: 'ag',
+        records: null,
+        bytes: null,
+        records_file: null,
+        records_sha256: null,
+        error: 'no directory gym/agent/x',
+        ok: false,
+        in_scope: null,
+        outside_scope: null,
+        scope_without_record: null,
+      },
     ])
   })
 
@@ -281,7 +349,17 @@ describe('describeCheckpoint: what is wrong with each participant', () => {
       ['model', 'zz', 'm2', 'no directory gym/model/zz'],
       ['agent', 'x', 'ag', 'no directory gym/agent/x'],
     ])
-    expect(d.participants[2]).toEqual({kind: 'model', instance: 'zz', server: 'm2', records: null, bytes: null, recordsFile: null, recordsSha256: null, error: 'no directory gym/model/zz', verify: null})
+    expect(d.participants[2]).toEqual({
+      kind: 'model',
+      instance: 'zz',
+      server: 'm2',
+      records: null,
+      bytes: null,
+      recordsFile: null,
+      recordsSha256: null,
+      error: 'no directory gym/model/zz',
+      verify: null,
+    })
   })
 
   it('a Gym collection.json without a run_id shows none (null, not undefined)', async () => {

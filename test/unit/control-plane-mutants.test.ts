@@ -226,7 +226,17 @@ describe('commit', () => {
     session(p, 'rs', {restart: true})
     await cp.prepare({checkpoint_id: 'a', deadline_ts: soon()})
     const dir = await tempDir()
-    const e = await failure(cp.commit({checkpoint_id: 'a', deadline_ts: soon(), checkpoint_dir: dir, episode_ids: [{rollout_id: 'rs', attempt: 0}, {rollout_id: 'ok', attempt: 0}]}))
+    const e = await failure(
+      cp.commit({
+        checkpoint_id: 'a',
+        deadline_ts: soon(),
+        checkpoint_dir: dir,
+        episode_ids: [
+          {rollout_id: 'rs', attempt: 0},
+          {rollout_id: 'ok', attempt: 0},
+        ],
+      }),
+    )
     expect([e.code, e.message]).toEqual(['restart_in_scope', 'the commit scope names episodes that restart: ["rs"]'])
     const r = await cp.commit({checkpoint_id: 'a', deadline_ts: soon(), checkpoint_dir: dir, episode_ids: [{rollout_id: 'ok', attempt: 0}]})
     expect(r).toMatchObject({phase: 'committed', episode_ids: ['ok']})
@@ -238,7 +248,10 @@ describe('commit', () => {
     session(p, 'y')
     await cp.prepare({checkpoint_id: 'a', deadline_ts: soon()})
     const dir = await tempDir()
-    const scope = [{rollout_id: 'x', attempt: 0}, {rollout_id: 'y', attempt: 0}]
+    const scope = [
+      {rollout_id: 'x', attempt: 0},
+      {rollout_id: 'y', attempt: 0},
+    ]
     const r1 = await cp.commit({checkpoint_id: 'a', deadline_ts: soon(), checkpoint_dir: dir, episode_ids: scope})
     expect(r1).toMatchObject({phase: 'committed', episode_ids: ['x', 'y']})
     session(p, 'z')
@@ -315,12 +328,30 @@ describe('restore', () => {
     const {p, cp} = make({leaseGraceSeconds: 50})
     const dir = await checkpointOf(['b', 'a-a2', 'skip'])
     const d = soon()
-    const r = await cp.restore({checkpoint_id: 'rs', deadline_ts: d, checkpoint_dir: dir, episode_ids: [{rollout_id: 'b', attempt: 0}, {rollout_id: 'a', attempt: 2}]})
+    const r = await cp.restore({
+      checkpoint_id: 'rs',
+      deadline_ts: d,
+      checkpoint_dir: dir,
+      episode_ids: [
+        {rollout_id: 'b', attempt: 0},
+        {rollout_id: 'a', attempt: 2},
+      ],
+    })
     expect(r).toEqual({phase: 'restored', source_checkpoint_id: 'src-1', restored: ['a-a3', 'b-a1']})
     expect([...p.sessions.keys()].sort()).toEqual(['a-a3', 'b-a1'])
     expect([cp.phase, cp.checkpointId, cp.leaseExpiresAt, p.admissionClosed]).toEqual(['restored', 'rs', d + 50, true])
     // A replay gets the same reply; other arguments conflict.
-    expect(await cp.restore({checkpoint_id: 'rs', deadline_ts: d, checkpoint_dir: dir, episode_ids: [{rollout_id: 'a', attempt: 2}, {rollout_id: 'b', attempt: 0}]})).toEqual(r)
+    expect(
+      await cp.restore({
+        checkpoint_id: 'rs',
+        deadline_ts: d,
+        checkpoint_dir: dir,
+        episode_ids: [
+          {rollout_id: 'a', attempt: 2},
+          {rollout_id: 'b', attempt: 0},
+        ],
+      }),
+    ).toEqual(r)
     expect(await code(cp.restore({checkpoint_id: 'rs', deadline_ts: d, checkpoint_dir: dir, episode_ids: []}))).toBe('409 checkpoint_conflict')
     expect(await cp.resume({checkpoint_id: 'rs', deadline_ts: soon()})).toEqual({phase: 'idle', idempotent: false})
     expect(p.admissionClosed).toBe(false)
@@ -397,7 +428,15 @@ describe('retire and forget', () => {
   it('marks every rollout at its highest attempt, before the deadline check; a late retire still refuses the attempt', async () => {
     const {cp} = make()
     const e = await failure(
-      cp.retire({checkpoint_id: 'r', deadline_ts: Date.now() / 1000 - 1, episode_ids: [{rollout_id: 'x', attempt: 2}, {rollout_id: 'x', attempt: 1}, {rollout_id: 'y', attempt: 0}]}),
+      cp.retire({
+        checkpoint_id: 'r',
+        deadline_ts: Date.now() / 1000 - 1,
+        episode_ids: [
+          {rollout_id: 'x', attempt: 2},
+          {rollout_id: 'x', attempt: 1},
+          {rollout_id: 'y', attempt: 0},
+        ],
+      }),
     )
     expect([e.code, e.message]).toEqual(['deadline_exceeded', 'retire deadline passed before its episodes were stopped'])
     expect([...cp.retired]).toEqual([
@@ -425,7 +464,13 @@ describe('retire and forget', () => {
       await new Promise((r) => setTimeout(r, 20))
       running--
     }
-    const eps = [{rollout_id: 'a', attempt: 0}, {rollout_id: 'a', attempt: 3}, {rollout_id: 'b', attempt: 1}, {rollout_id: 'c', attempt: 0}, {rollout_id: 'd', attempt: 0}]
+    const eps = [
+      {rollout_id: 'a', attempt: 0},
+      {rollout_id: 'a', attempt: 3},
+      {rollout_id: 'b', attempt: 1},
+      {rollout_id: 'c', attempt: 0},
+      {rollout_id: 'd', attempt: 0},
+    ]
     expect(await cp.retire({checkpoint_id: 'r', deadline_ts: soon(), episode_ids: eps})).toEqual({retired_count: 5})
     expect(seen.sort()).toEqual(['a@3', 'b@1', 'c@0', 'd@0'])
     expect(most).toBe(2)
@@ -450,7 +495,14 @@ describe('retire and forget', () => {
 
   it('forget drops the marks it names, counts what it was sent, and refuses a passed deadline before dropping anything', async () => {
     const {cp} = make()
-    await cp.retire({checkpoint_id: 'r', deadline_ts: soon(), episode_ids: [{rollout_id: 'a', attempt: 0}, {rollout_id: 'b', attempt: 0}]})
+    await cp.retire({
+      checkpoint_id: 'r',
+      deadline_ts: soon(),
+      episode_ids: [
+        {rollout_id: 'a', attempt: 0},
+        {rollout_id: 'b', attempt: 0},
+      ],
+    })
     const e = await failure(cp.forget({checkpoint_id: 'f', deadline_ts: Date.now() / 1000 - 1, rollout_ids: ['a']}))
     expect([e.code, e.message]).toEqual(['deadline_exceeded', 'forget deadline passed'])
     expect(cp.retired.size).toBe(2)

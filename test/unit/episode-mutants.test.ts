@@ -109,7 +109,14 @@ describe('capture keys', () => {
     expect(sameEpisode(e, {rolloutId: 'r', attempt: 2})).toBe(true)
     expect(sameEpisode(e, {rolloutId: 'r', attempt: 1})).toBe(false)
     expect(sameEpisode(e, {rolloutId: 's', attempt: 2})).toBe(false)
-    expect(sortedKeys([{rolloutId: 'b', attempt: 0}, {rolloutId: 'a', attempt: 1}, {rolloutId: 'b', attempt: 0}, {rolloutId: 'a', attempt: 0}])).toEqual(['a', 'a-a1', 'b'])
+    expect(
+      sortedKeys([
+        {rolloutId: 'b', attempt: 0},
+        {rolloutId: 'a', attempt: 1},
+        {rolloutId: 'b', attempt: 0},
+        {rolloutId: 'a', attempt: 0},
+      ]),
+    ).toEqual(['a', 'a-a1', 'b'])
   })
 })
 
@@ -201,9 +208,14 @@ describe('operator input', () => {
     expect(parseEpisodeValue('r@1')).toEqual({rolloutId: 'r', attempt: 1})
     expect(parseEpisodeValue({rollout_id: 'r', attempt: 3})).toEqual({rolloutId: 'r', attempt: 3})
     expect(invalid(() => parseEpisodeValue(' {"rollout_id": "r"}'))).toBe(`' {"rollout_id": "r"}': a JSON object inside a string; write the object itself`)
-    expect(invalid(() => parseEpisodeValue({rollout_id: 'r', extra: 1}))).toBe(`'{"rollout_id":"r","extra":1}': not an episode: unknown key 'extra' (an episode object has only "rollout_id" and "attempt")`)
+    expect(invalid(() => parseEpisodeValue({rollout_id: 'r', extra: 1}))).toBe(
+      `'{"rollout_id":"r","extra":1}': not an episode: unknown key 'extra' (an episode object has only "rollout_id" and "attempt")`,
+    )
     const not = (v: unknown, shown: string, type: string) =>
-      expect(invalid(() => parseEpisodeValue(v)), shown).toBe(`'${shown}': not an episode: expected a string (r, r-a2 or r@2) or an object {"rollout_id", "attempt"}, not ${type}`)
+      expect(
+        invalid(() => parseEpisodeValue(v)),
+        shown,
+      ).toBe(`'${shown}': not an episode: expected a string (r, r-a2 or r@2) or an object {"rollout_id", "attempt"}, not ${type}`)
     not(null, 'null', 'null')
     not(5, '5', 'a number')
     not(true, 'true', 'a boolean')

@@ -170,7 +170,12 @@ describe('numbers', () => {
     expect(pyLoads('-1.5E+2')).toEqual(new PyFloat(-150))
     expect(pyLoads('1e-2')).toBe(0.01)
     expect(pyLoads('1e400')).toBe(Infinity)
-    for (const [text, v] of [['1,', 1], ['12]', 12], ['3}', 3]] as const) expect(pyLoads(`[${text.slice(0, -1)}]`)).toEqual([v])
+    for (const [text, v] of [
+      ['1,', 1],
+      ['12]', 12],
+      ['3}', 3],
+    ] as const)
+      expect(pyLoads(`[${text.slice(0, -1)}]`)).toEqual([v])
   })
 
   it('numbers JSON does not allow are refused', () => {
@@ -197,6 +202,7 @@ describe('numbers', () => {
       [1e-5, '1e-05'],
       [1e16, '1e+16'],
       [9999999999999998, '9999999999999998.0'],
+      // eslint-disable-next-line no-loss-of-precision -- the literal rounds on purpose: Python prints the double it becomes
       [12345678901234567, '1.2345678901234568e+16'],
       [1.5e300, '1.5e+300'],
       [-2.5e-10, '-2.5e-10'],
@@ -253,7 +259,14 @@ describe('structure and errors', () => {
   it('objects: Maps keep their order, plain and null-prototype objects are dicts; nothing else is', () => {
     const nullProto = Object.assign(Object.create(null) as Record<string, PyValue>, {b: 1, a: [true]})
     expect(pyDumps(nullProto)).toBe('{"b": 1, "a": [true]}')
-    expect(pyDumps(new Map<string, PyValue>([['z', 1], ['a', new Map()]]))).toBe('{"z": 1, "a": {}}')
+    expect(
+      pyDumps(
+        new Map<string, PyValue>([
+          ['z', 1],
+          ['a', new Map()],
+        ]),
+      ),
+    ).toBe('{"z": 1, "a": {}}')
     expect(pyDumps([])).toBe('[]')
     expect(pyDumps({})).toBe('{}')
     expect(pyDumps([1, [2, [3]], {}])).toBe('[1, [2, [3]], {}]')

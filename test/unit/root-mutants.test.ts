@@ -70,7 +70,13 @@ describe('LATEST', () => {
       await writeFile(file, text)
       expect(await stateError(readLatest(root))).toBe(`${file} is empty: it names no checkpoint`)
     }
-    for (const [text, shown] of [['../etc', "'../etc'"], ['a b', "'a b'"], ['.hidden', "'.hidden'"], ['-x', "'-x'"], ['c1\nc2', "'c1\\nc2'"]]) {
+    for (const [text, shown] of [
+      ['../etc', "'../etc'"],
+      ['a b', "'a b'"],
+      ['.hidden', "'.hidden'"],
+      ['-x', "'-x'"],
+      ['c1\nc2', "'c1\\nc2'"],
+    ]) {
       await writeFile(file, text!)
       expect(await stateError(readLatest(root))).toBe(`${file} names no valid checkpoint ID: ${shown}`)
     }
@@ -98,7 +104,7 @@ describe('the controller manifest', () => {
     expect(await readdir(dir)).toEqual([CONTROLLER_MANIFEST])
   })
 
-  it('reads back every field, ours before Gym\'s', async () => {
+  it("reads back every field, ours before Gym's", async () => {
     const dir = await tempDir()
     await writeFile(path.join(dir, GYM_COLLECTION_MANIFEST), JSON.stringify({checkpoint_id: 'gym', created_at: 2, continued: []}))
     await writeControllerManifest(dir, manifest({controller_state: {done: [1]}}))
@@ -135,7 +141,16 @@ describe('the controller manifest', () => {
     expect(await stateError(readCheckpointSummary(dir))).toMatch(new RegExp(`^${escape(ours)} is not JSON \\(.+\\)$`))
     await writeFile(ours, JSON.stringify({...manifest(), format_version: 2}))
     expect(await stateError(readCheckpointSummary(dir))).toMatch(new RegExp(`^${escape(ours)} is not a gymckpt manifest: format_version: `))
-    await writeFile(ours, JSON.stringify({...manifest(), continued: [{rollout_id: 'r', attempt: 0}, {rollout_id: '../x', attempt: 0}]}))
+    await writeFile(
+      ours,
+      JSON.stringify({
+        ...manifest(),
+        continued: [
+          {rollout_id: 'r', attempt: 0},
+          {rollout_id: '../x', attempt: 0},
+        ],
+      }),
+    )
     expect(await stateError(readCheckpointSummary(dir))).toMatch(new RegExp(`^${escape(ours)} is not a gymckpt manifest: continued\\.1\\.rollout_id: `))
     await writeFile(ours, '[]')
     expect(await stateError(readCheckpointSummary(dir))).toMatch(new RegExp(`^${escape(ours)} is not a gymckpt manifest: \\(root\\): `))

@@ -8,14 +8,7 @@ import path from 'node:path'
 import {describe, expect, it} from 'vitest'
 
 import {CheckpointStateError, WriteStoppedError} from '../../src/storage/errors.js'
-import {
-  RECORDS_FILE_PATTERN,
-  encodeManifest,
-  participantDir,
-  readParticipantState,
-  sortFindDuplicates,
-  writeParticipantState,
-} from '../../src/storage/participant-store.js'
+import {RECORDS_FILE_PATTERN, encodeManifest, participantDir, readParticipantState, sortFindDuplicates, writeParticipantState} from '../../src/storage/participant-store.js'
 import {pyDumps} from '../../src/storage/pyjson.js'
 import {tempDir} from '../helpers/tmp.js'
 
@@ -166,7 +159,7 @@ describe('a resume racing the publication', () => {
   })
 })
 
-describe('reading: the manifest must be this participant\'s', () => {
+describe("reading: the manifest must be this participant's", () => {
   it('a manifest of another kind with the same instance name is refused', async () => {
     const root = await tempDir()
     await writeParticipantState(opts(root, 'c1', 'agent', 'x'), [line('a')])
@@ -187,7 +180,7 @@ describe('reading: the manifest must be this participant\'s', () => {
     expect(err.message).toContain('belongs to agent/x, not agent/y')
   })
 
-  it('without a kind to check, any participant\'s manifest is read', async () => {
+  it("without a kind to check, any participant's manifest is read", async () => {
     const root = await tempDir()
     await writeParticipantState(opts(root, 'c1', 'agent', 'x'), [line('a')])
     expect((await readParticipantState(participantDir(root, 'agent', 'x'))).manifest.kind).toBe('agent')
@@ -228,7 +221,7 @@ describe('reading: the records file name', () => {
     expect(err.message).toBe(`${path.join(dir, 'manifest.json')} names an invalid records file "../../records.jsonl"`)
   })
 
-  it('Gym\'s fixed records.jsonl name is read', async () => {
+  it("Gym's fixed records.jsonl name is read", async () => {
     const root = await tempDir()
     const dir = participantDir(root, 'environment', 'env')
     const records = line('a') + '\n'
@@ -261,7 +254,7 @@ describe('reading: every line is checked', () => {
     }
   })
 
-  it('the fast path takes Python\'s own lines, and a kept record is decoded exactly', async () => {
+  it("the fast path takes Python's own lines, and a kept record is decoded exactly", async () => {
     const root = await tempDir()
     const dir = participantDir(root, 'environment', 'env')
     const lines = [line('a', 0, ', "v": [NaN, -Infinity, 1e400, 12345678901234567890]'), line('b', 2, ', "s": "\\u00e9"')]
@@ -452,7 +445,11 @@ describe('writing', () => {
 
   it('an unsafe kind or instance is refused before anything is written', async () => {
     const root = await tempDir()
-    for (const [kind, instance, what] of [['..', 'x', "kind '..'"], ['model', '../x', "instance '../x'"], ['model', '', "instance ''"]] as const) {
+    for (const [kind, instance, what] of [
+      ['..', 'x', "kind '..'"],
+      ['model', '../x', "instance '../x'"],
+      ['model', '', "instance ''"],
+    ] as const) {
       const err = await stateError(writeParticipantState(opts(root, 'c1', kind, instance), [line('a')]))
       expect(err.message).toBe(`participant ${what} is not a safe path component`)
     }
@@ -475,7 +472,7 @@ describe('writing', () => {
     expect(await readdir(participantDir(root2, 'environment', 'env'))).toEqual([])
   })
 
-  it('the manifest is Python\'s json.dumps(sort_keys=True, indent=1), byte for byte', () => {
+  it("the manifest is Python's json.dumps(sort_keys=True, indent=1), byte for byte", () => {
     // Literal output of Python 3: json.dumps(m, sort_keys=True, indent=1)
     const m = {b: [1, 'é', {z: null, a: true}, []], a: {}, 'c\n': 1.5, d: ['x']}
     expect(encodeManifest(m)).toBe('{\n "a": {},\n "b": [\n  1,\n  "\\u00e9",\n  {\n   "a": true,\n   "z": null\n  },\n  []\n ],\n "c\\n": 1.5,\n "d": [\n  "x"\n ]\n}')
@@ -487,7 +484,13 @@ describe('writing', () => {
 describe('sortFindDuplicates', () => {
   it('sorts in place and counts each duplicated key once, with its number of records', () => {
     const keys = ['b', 'a', 'b', 'c', 'b', 'a', 'd']
-    expect(sortFindDuplicates(keys)).toEqual({count: 2, first: [{key: 'a', records: 2}, {key: 'b', records: 3}]})
+    expect(sortFindDuplicates(keys)).toEqual({
+      count: 2,
+      first: [
+        {key: 'a', records: 2},
+        {key: 'b', records: 3},
+      ],
+    })
     expect(keys).toEqual(['a', 'a', 'b', 'b', 'b', 'c', 'd'])
     expect(sortFindDuplicates([])).toEqual({count: 0, first: []})
     expect(sortFindDuplicates(['x'])).toEqual({count: 0, first: []})
@@ -496,7 +499,13 @@ describe('sortFindDuplicates', () => {
 
   it('names at most `max` keys and counts them all', () => {
     const keys = ['e', 'e', 'd', 'd', 'c', 'c', 'b', 'a', 'a']
-    expect(sortFindDuplicates(keys, 2)).toEqual({count: 4, first: [{key: 'a', records: 2}, {key: 'c', records: 2}]})
+    expect(sortFindDuplicates(keys, 2)).toEqual({
+      count: 4,
+      first: [
+        {key: 'a', records: 2},
+        {key: 'c', records: 2},
+      ],
+    })
     const many = Array.from({length: 12}, (_, i) => `k${String(i).padStart(2, '0')}`).flatMap((k) => [k, k])
     const r = sortFindDuplicates(many)
     expect(r.count).toBe(12)

@@ -41,7 +41,12 @@ async function make(opts: MakeOpts = {}) {
     format_version: FORMAT_VERSION,
     checkpoint_id: id,
     created_at: 1,
-    continued: (opts.continued ?? [['a', 0], ['b', 1]]).map(ep),
+    continued: (
+      opts.continued ?? [
+        ['a', 0],
+        ['b', 1],
+      ]
+    ).map(ep),
     restarted: (opts.restarted ?? []).map(ep),
     participants,
   })
@@ -107,7 +112,13 @@ describe('warnings and infos next to an OK report', () => {
 
   it('more than ten keys outside the scope are named ten at a time with the rest counted; duplicates count once', async () => {
     const keys = Array.from({length: 13}, (_, i) => `o${String(i).padStart(2, '0')}`)
-    const {root} = await make({records: {'agent/ag': [rec('in'), rec('in'), ...keys.map((k) => rec(k))]}, continued: [['in', 0], ['gone', 0]]})
+    const {root} = await make({
+      records: {'agent/ag': [rec('in'), rec('in'), ...keys.map((k) => rec(k))]},
+      continued: [
+        ['in', 0],
+        ['gone', 0],
+      ],
+    })
     const r = await verifyCheckpoint(root)
     const info = r.problems.find((p) => p.severity === 'info')!
     expect(info.message).toBe(`13 record(s) outside the commit scope: ${keys.slice(0, 10).join(', ')} (+3 more); a restore skips them and installs only the 2 in scope`)
@@ -210,8 +221,15 @@ describe('what is missing', () => {
     ])
   })
 
-  it('the report carries the manifest\'s ID, scope and restarts as capture keys', async () => {
-    const {root} = await make({id: 'ckpt-9', continued: [['a', 0], ['b', 1]], restarted: [['z', 3]]})
+  it("the report carries the manifest's ID, scope and restarts as capture keys", async () => {
+    const {root} = await make({
+      id: 'ckpt-9',
+      continued: [
+        ['a', 0],
+        ['b', 1],
+      ],
+      restarted: [['z', 3]],
+    })
     const r = await verifyCheckpoint(root)
     expect(r).toMatchObject({ok: true, checkpointId: 'ckpt-9', manifest: 'gymckpt.json', continued: ['a', 'b-a1'], restarted: ['z-a3'], uncovered: []})
     expect(r.participants.map((p) => [p.kind, p.instance, p.episodes, p.bytes > 0, p.recordsSha256?.length])).toEqual([

@@ -93,7 +93,7 @@ describe('routes and enumerations', () => {
   })
 })
 
-describe('requests: strict, exactly Gym\'s fields', () => {
+describe("requests: strict, exactly Gym's fields", () => {
   it('a checkpoint ID is 1 to 128 safe characters, starting with a letter or digit', () => {
     expect(CheckpointId.safeParse('a').success).toBe(true)
     expect(CheckpointId.safeParse('A9._-x').success).toBe(true)
@@ -159,7 +159,7 @@ describe('requests: strict, exactly Gym\'s fields', () => {
   })
 })
 
-describe('replies: tolerant, with Gym\'s defaults', () => {
+describe("replies: tolerant, with Gym's defaults", () => {
   it('a prepare report defaults its lists and counts, keeps unknown fields, and counts blockers as a non-negative integer', () => {
     expect(PrepareReport.parse({ready: true})).toEqual({ready: true, blockers: [], counts: {}, restarts: []})
     expect(PrepareReport.parse({ready: false, blockers: ['b'], blocker_count: 3, counts: {episodes: 2}, restarts: ['r#0'], extra: 'kept'})).toEqual({
