@@ -1,3 +1,6 @@
+import http from 'node:http'
+import {AddressInfo} from 'node:net'
+
 import {afterEach} from 'vitest'
 
 import {Fleet, FleetMember, FleetOptions} from '../../src/control-plane/fleet.js'
@@ -79,4 +82,34 @@ export async function waitFor(cond: () => boolean | Promise<boolean>, ms = 5000,
     if (Date.now() > until) throw new Error(`timed out waiting for ${what}`)
     await new Promise((r) => setTimeout(r, 10))
   }
+}
+
+/**
+ * A participant that answers every control route as an idle, ready server of `kind`/`instance`, and
+ * commit with whatever `commitReply` returns for the checkpoint directory it was sent: for tests of
+ * what the controller trusts of a participant. Closed after the test.
+ */
+export async function fakeParticipant(kind: string, instance: string, commitReply: (dir: string) => unknown): Promise<string> {
+  const server = http.createServer((req, res) => {
+    let body = ''
+    req.on('data', (d) => (body += d))
+    req.on('end', () => {
+      const op = (req.url ?? '').split('/').pop()
+      const report = {ready: true, blockers: [], blocker_count: 0, counts: {}, restarts: []}
+      const reply =
+        op === 'status'
+          ? {kind, instance, phase: 'idle', checkpoint_id: null, lease_expires_at: null, retired_rollouts: 0, report}
+          : op === 'prepare'
+            ? {phase: 'prepared', report}
+            : op === 'commit'
+              ? commitReply(JSON.parse(body).checkpoint_dir)
+              : op === 'resume'
+                ? {phase: 'idle', idempotent: false}
+                : {lease_expires_at: 0}
+      res.writeHead(200, {'content-type': 'application/json'}).end(JSON.stringify(reply))
+    })
+  })
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r))
+  later(() => new Promise((r) => server.close(r)))
+  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`
 }

@@ -1,8 +1,6 @@
 // More rules of src/coordination/controller.ts (issue 12), from the survivors of its first run:
 // sizes per participant, a commit reply naming no capture key, the unscoped commit, deadlines of
 // the closing resume, separators of the messages, the publish gate's details, write failures.
-import http from 'node:http'
-import {AddressInfo} from 'node:net'
 import {mkdir, readFile} from 'node:fs/promises'
 import path from 'node:path'
 
@@ -13,7 +11,7 @@ import {checkpoint, closeCheckpoint, prepareOrAbort, preparePreflight} from '../
 import {ControllerError, CoordinationError} from '../../src/coordination/errors.js'
 import {CallEvent, Coordinator, prepare, resume} from '../../src/coordination/operations.js'
 import {captureKey} from '../../src/protocol/episode.js'
-import {FULL, coordinatorFor, later, soon, startFleet, waitFor} from '../helpers/fleet.js'
+import {FULL, coordinatorFor, fakeParticipant, soon, startFleet, waitFor} from '../helpers/fleet.js'
 import {tempDir} from '../helpers/tmp.js'
 
 /** Episodes running on the fleet, each at a boundary, so a commit writes real records. */
@@ -24,30 +22,6 @@ async function live(fleet: Awaited<ReturnType<typeof startFleet>>, ids: string[]
 }
 
 /** A participant that answers every control call, and commit with `commitReply(checkpointDir)`. */
-async function fake(kind: string, instance: string, commitReply: (dir: string) => unknown): Promise<string> {
-  const server = http.createServer((req, res) => {
-    let body = ''
-    req.on('data', (d) => (body += d))
-    req.on('end', () => {
-      const op = (req.url ?? '').split('/').pop()
-      const report = {ready: true, blockers: [], blocker_count: 0, counts: {}, restarts: []}
-      const reply =
-        op === 'status'
-          ? {kind, instance, phase: 'idle', checkpoint_id: null, lease_expires_at: null, retired_rollouts: 0, report}
-          : op === 'prepare'
-            ? {phase: 'prepared', report}
-            : op === 'commit'
-              ? commitReply(JSON.parse(body).checkpoint_dir)
-              : op === 'resume'
-                ? {phase: 'idle', idempotent: false}
-                : {lease_expires_at: 0}
-      res.writeHead(200, {'content-type': 'application/json'}).end(JSON.stringify(reply))
-    })
-  })
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r))
-  later(() => new Promise((r) => server.close(r)))
-  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`
-}
 
 const liarReply = (kind: string, instance: string) => (dir: string) => ({
   phase: 'committed',
@@ -86,7 +60,7 @@ describe('untrusted commit replies and the publish gate', () => {
   it('a commit reply naming an episode that is no capture key fails the commit, naming the server; nothing is published', async () => {
     const fleet = await startFleet({members: FULL})
     const c = await coordinatorFor(fleet)
-    const odd = await fake('resources', 'odd', (dir) => ({...liarReply('resources', 'odd')(dir), episode_ids: ['../escape']}))
+    const odd = await fakeParticipant('resources', 'odd', (dir) => ({...liarReply('resources', 'odd')(dir), episode_ids: ['../escape']}))
     const withOdd: Coordinator = {...c, participants: [...c.participants, {server: 'odd', url: odd, kind: 'resources', instance: 'odd'}]}
     const root = await tempDir()
     const err = (await checkpoint(withOdd, {root, checkpointId: 'c1', episodes: [], timeoutS: 10}).catch((e: unknown) => e)) as CoordinationError
@@ -99,8 +73,8 @@ describe('untrusted commit replies and the publish gate', () => {
   it('every problem of the publish gate is named, separated, and kept in the details', async () => {
     const fleet = await startFleet({members: FULL})
     const c = await coordinatorFor(fleet)
-    const l1 = await fake('resources', 'liar1', liarReply('resources', 'liar1'))
-    const l2 = await fake('resources', 'liar2', liarReply('resources', 'liar2'))
+    const l1 = await fakeParticipant('resources', 'liar1', liarReply('resources', 'liar1'))
+    const l2 = await fakeParticipant('resources', 'liar2', liarReply('resources', 'liar2'))
     const withLiars: Coordinator = {
       ...c,
       participants: [...c.participants, {server: 'liar1', url: l1, kind: 'resources', instance: 'liar1'}, {server: 'liar2', url: l2, kind: 'resources', instance: 'liar2'}],

@@ -1,7 +1,5 @@
 import {execFileSync} from 'node:child_process'
 import {mkdir, readFile, readdir, writeFile} from 'node:fs/promises'
-import http from 'node:http'
-import {AddressInfo} from 'node:net'
 import path from 'node:path'
 
 import {describe, expect, it} from 'vitest'
@@ -10,7 +8,7 @@ import {ControlClient} from '../../src/coordination/client.js'
 import {checkRoot, checkpoint} from '../../src/coordination/controller.js'
 import {discover} from '../../src/coordination/discover.js'
 import {ControllerError, CoordinationError} from '../../src/coordination/errors.js'
-import {FULL, TOKEN, coordinatorFor, later, startFleet, startServer} from '../helpers/fleet.js'
+import {FULL, TOKEN, coordinatorFor, fakeParticipant, later, startFleet, startServer} from '../helpers/fleet.js'
 import {tempDir} from '../helpers/tmp.js'
 
 /** Nothing from outside is trusted as a path: names from participants, the root, the ID. */
@@ -118,27 +116,3 @@ describe('the publish gate', () => {
 })
 
 /** A participant that answers every control call, and commit with `commitReply(checkpointDir)`. */
-async function fakeParticipant(kind: string, instance: string, commitReply: (dir: string) => unknown): Promise<string> {
-  const server = http.createServer((req, res) => {
-    let body = ''
-    req.on('data', (d) => (body += d))
-    req.on('end', () => {
-      const op = (req.url ?? '').split('/').pop()
-      const report = {ready: true, blockers: [], blocker_count: 0, counts: {}, restarts: []}
-      const reply =
-        op === 'status'
-          ? {kind, instance, phase: 'idle', checkpoint_id: null, lease_expires_at: null, retired_rollouts: 0, report}
-          : op === 'prepare'
-            ? {phase: 'prepared', report}
-            : op === 'commit'
-              ? commitReply(JSON.parse(body).checkpoint_dir)
-              : op === 'resume'
-                ? {phase: 'idle', idempotent: false}
-                : {lease_expires_at: 0}
-      res.writeHead(200, {'content-type': 'application/json'}).end(JSON.stringify(reply))
-    })
-  })
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r))
-  later(() => new Promise((r) => server.close(r)))
-  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`
-}
