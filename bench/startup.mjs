@@ -11,7 +11,7 @@
 // measurements start.
 // Usage: npm run bench:startup -- [--runs 15]
 import {spawnSync} from 'node:child_process'
-import {mkdtemp, readFile, rm, writeFile} from 'node:fs/promises'
+import {mkdtemp, readFile, rm} from 'node:fs/promises'
 import os from 'node:os'
 import path from 'node:path'
 import {fileURLToPath} from 'node:url'
@@ -23,23 +23,13 @@ const RUNS = arg('runs', 15)
 const TOKEN = 'bench-startup-token'
 const cli = fileURLToPath(RUN_JS)
 
-const TRACE_HOOK = `import {registerHooks} from 'node:module'
-import {writeFileSync} from 'node:fs'
-const seen = new Set()
-registerHooks({resolve(specifier, context, nextResolve) {
-  const r = nextResolve(specifier, context)
-  seen.add(r.url)
-  return r
-}})
-process.on('exit', () => writeFileSync(process.env.TRACE_FILE, [...seen].join('\\n')))
-`
+const TRACE_HOOK = fileURLToPath(new URL('./trace-imports.mjs', import.meta.url))
 
 const dir = await mkdtemp(path.join(os.tmpdir(), 'gymckpt-bench-startup-'))
 const root = path.join(dir, 'root')
 try {
   await makeCheckpoints(root)
-  const hook = path.join(dir, 'trace-hook.mjs')
-  await writeFile(hook, TRACE_HOOK)
+  const hook = TRACE_HOOK
 
   const node = process.execPath
   const cases = [

@@ -4,7 +4,7 @@
 // (zod they use: the manifests on disk are read with their schemas). A fleet command does load
 // undici, so the trace can tell.
 import {spawn} from 'node:child_process'
-import {readFile, writeFile} from 'node:fs/promises'
+import {readFile} from 'node:fs/promises'
 import path from 'node:path'
 
 import {describe, expect, it} from 'vitest'
@@ -13,22 +13,12 @@ import {BIN} from '../helpers/cli.js'
 import {FULL, TOKEN, startFleet} from '../helpers/fleet.js'
 import {tempDir} from '../helpers/tmp.js'
 
-const HOOK = `import {registerHooks} from 'node:module'
-import {writeFileSync} from 'node:fs'
-const seen = new Set()
-registerHooks({resolve(specifier, context, nextResolve) {
-  const r = nextResolve(specifier, context)
-  seen.add(r.url)
-  return r
-}})
-process.on('exit', () => writeFileSync(process.env.TRACE_FILE, [...seen].join('\\n')))
-`
+const HOOK = path.resolve('bench/trace-imports.mjs')
 
 /** A tracer in a fresh temp dir (removed after each test): the packages (of undici, yaml, zod) a command loads, and its exit code. */
 async function tracer(): Promise<(args: string[]) => Promise<{code: number | null; packages: string[]; modules: number}>> {
   const dir = await tempDir()
-  const hook = path.join(dir, 'hook.mjs')
-  await writeFile(hook, HOOK)
+  const hook = HOOK
   return (args) => packagesOf(dir, hook, args)
 }
 
