@@ -18,7 +18,8 @@ import type {Settings, SettingsInput} from './config.js'
 
 export {JSON_SCHEMA_VERSION}
 
-export type BaseFlags<T extends typeof Command> = Interfaces.InferredFlags<(typeof BaseCommand)['baseFlags'] & T['flags']>
+/** A command's parsed flags: its class's base flags (BaseCommand's, or FleetCommand's with the fleet flags) and its own. */
+export type BaseFlags<T extends typeof Command> = Interfaces.InferredFlags<T['baseFlags'] & T['flags']>
 export type BaseArgs<T extends typeof Command> = Interfaces.InferredArgs<T['args']>
 
 // The fleet and token flags have no oclif `env`: a flag, else GYMCKPT_*, else the config context
@@ -49,8 +50,12 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
 
   protected flags!: BaseFlags<T>
   protected args!: BaseArgs<T>
-  private client: ControlClient | null = null
   private resolved: Promise<Settings> | null = null
+  /**
+   * What the command had learned when it failed (a dry run's plan, the statuses it read): catch()
+   * puts it into the error's JSON details next to the error's own, so no command re-wraps an error.
+   */
+  protected failureContext: Record<string, unknown> = {}
   private readonly abort = new AbortController()
   private signalHandlers: [NodeJS.Signals, () => void][] = []
 
@@ -58,7 +63,7 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
     await super.init()
     const {args, flags} = await this.parse({
       flags: this.ctor.flags,
-      baseFlags: (super.ctor as typeof BaseCommand).baseFlags,
+      baseFlags: this.ctor.baseFlags,
       enableJsonFlag: this.ctor.enableJsonFlag,
       args: this.ctor.args,
       strict: this.ctor.strict,
@@ -113,38 +118,14 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
     return root.value
   }
 
-  protected async fleetSource(): Promise<FleetSource> {
-    const fleet = (await this.settings()).fleet
-    if (!fleet)
-      throw new ControllerError('input', 'no fleet given: pass --head URL, --server NAME=URL (repeatable) or --fleet FILE, set GYMCKPT_HEAD / GYMCKPT_FLEET / GYMCKPT_SERVERS, or use a config context')
-    const v = fleet.value
-    if ('head' in v) return {type: 'head', url: v.head}
-    if ('fleet' in v) return {type: 'file', path: v.fleet}
-    const {parseServerArg} = await import('../coordination/discover.js')
-    return {type: 'servers', servers: v.servers.map(parseServerArg)}
-  }
-
-  /** The control token, from the source the settings name. Never printed. (Not `token`: oclif sets that property on the command while it parses arguments.) */
-  protected async controlToken(): Promise<string> {
-    return readToken((await this.settings()).token.value)
-  }
-
-  /** Reads the token, discovers the fleet, and returns a Coordinator over its participants. */
-  protected async connect(onStage?: Coordinator['onStage'], opts: {tolerant?: boolean} = {}): Promise<{coordinator: Coordinator; discovery: Discovery}> {
-    const f = this.flags as unknown as {'probe-timeout': number}
-    const source = await this.fleetSource()
-    const token = await this.controlToken()
-    const [{ControlClient}, {discover, resolveSource}] = await Promise.all([import('../coordination/client.js'), import('../coordination/discover.js')])
-    this.client = new ControlClient({token})
-    const probeTimeoutMs = f['probe-timeout'] * 1000
-    const servers = await resolveSource(source, probeTimeoutMs)
-    const discovery = await discover(this.client, servers, {probeTimeoutMs, signal: this.signal, tolerant: opts.tolerant})
-    return {coordinator: {client: this.client, participants: discovery.participants, signal: this.signal, onStage}, discovery}
-  }
-
   /** A next step as a command line that works when pasted: this binary, this command's fleet flags. */
   protected nextLine(step: NextStep): string {
-    return renderNext(this.config.bin, step, this.flags as FleetFlagValues)
+    return renderNext(this.config.bin, step, this.fleetFlagValues())
+  }
+
+  /** The fleet flags given, for a next step to repeat: none on a command that takes none. */
+  protected fleetFlagValues(): FleetFlagValues {
+    return {}
   }
 
   protected override toSuccessJson(result: unknown): unknown {
@@ -171,6 +152,7 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
       code = EXIT.internal
       name = 'internal'
     }
+    if (Object.keys(this.failureContext).length) details = {...(details as object | undefined), ...this.failureContext}
     process.exitCode = code
     err.message = oneLine(err.message)
     const next = err instanceof ControllerError ? err.next.map((s) => this.nextLine(s)) : []
@@ -190,6 +172,54 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
 
   protected override async finally(err: Error | undefined): Promise<void> {
     for (const [sig, h] of this.signalHandlers) process.off(sig, h)
+    await super.finally(err)
+  }
+}
+
+/**
+ * A command that talks to a fleet: the fleet and token flags (--head/--server/--fleet, the token
+ * source, --probe-timeout) are its base flags, parsed and typed with the rest, and it connects.
+ */
+export abstract class FleetCommand<T extends typeof Command> extends BaseCommand<T> {
+  static override baseFlags = {...BaseCommand.baseFlags, ...fleetFlags}
+
+  // The base flags above are parsed into every FleetCommand's flags: this only tells the compiler.
+  declare protected flags: BaseFlags<T> & Interfaces.InferredFlags<typeof fleetFlags>
+  private client: ControlClient | null = null
+
+  protected async fleetSource(): Promise<FleetSource> {
+    const fleet = (await this.settings()).fleet
+    if (!fleet)
+      throw new ControllerError('input', 'no fleet given: pass --head URL, --server NAME=URL (repeatable) or --fleet FILE, set GYMCKPT_HEAD / GYMCKPT_FLEET / GYMCKPT_SERVERS, or use a config context')
+    const v = fleet.value
+    if ('head' in v) return {type: 'head', url: v.head}
+    if ('fleet' in v) return {type: 'file', path: v.fleet}
+    const {parseServerArg} = await import('../coordination/discover.js')
+    return {type: 'servers', servers: v.servers.map(parseServerArg)}
+  }
+
+  /** The control token, from the source the settings name. Never printed. (Not `token`: oclif sets that property on the command while it parses arguments.) */
+  protected async controlToken(): Promise<string> {
+    return readToken((await this.settings()).token.value)
+  }
+
+  /** Reads the token, discovers the fleet, and returns a Coordinator over its participants. */
+  protected async connect(opts: {tolerant?: boolean} = {}): Promise<{coordinator: Coordinator; discovery: Discovery}> {
+    const source = await this.fleetSource()
+    const token = await this.controlToken()
+    const [{ControlClient}, {discover, resolveSource}] = await Promise.all([import('../coordination/client.js'), import('../coordination/discover.js')])
+    this.client = new ControlClient({token})
+    const probeTimeoutMs = this.flags['probe-timeout'] * 1000
+    const servers = await resolveSource(source, probeTimeoutMs)
+    const discovery = await discover(this.client, servers, {probeTimeoutMs, signal: this.signal, tolerant: opts.tolerant})
+    return {coordinator: {client: this.client, participants: discovery.participants, signal: this.signal}, discovery}
+  }
+
+  protected override fleetFlagValues(): FleetFlagValues {
+    return this.flags
+  }
+
+  protected override async finally(err: Error | undefined): Promise<void> {
     await this.client?.close()
     await super.finally(err)
   }

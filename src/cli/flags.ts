@@ -1,5 +1,6 @@
 import {Flags} from '@oclif/core'
 
+import {ControllerError} from '../coordination/errors.js'
 import {parseCheckpointIdFlag} from './inputs.js'
 
 /** setTimeout fires at once (with a warning) past 2^31-1 ms: every duration stays well below it. */
@@ -33,10 +34,24 @@ export function seconds(opts: {summary: string; default: number; max: number; mi
 }
 
 /**
+ * A flag parser for Flags.custom, so a value is parsed and checked where its flag is declared: a
+ * value `parse` refuses (it throws, saying why) exits 2 with that reason before the command runs.
+ */
+export function checked<T>(parse: (value: string) => T): (value: string) => Promise<T> {
+  return async (v) => {
+    try {
+      return parse(v)
+    } catch (err) {
+      throw err instanceof ControllerError ? err : new ControllerError('input', (err as Error).message)
+    }
+  }
+}
+
+/**
  * A checkpoint ID flag, checked as Gym checks it when the flags are parsed: a bad one exits 2
  * before the command runs, so nothing is sent.
  */
-export const checkpointId = Flags.custom<string>({parse: async (v: string) => parseCheckpointIdFlag(v)})
+export const checkpointId = Flags.custom<string>({parse: checked(parseCheckpointIdFlag)})
 
 /** `90`, `90s`, `5m`, `1h` as seconds; `0` or `off` as null (never). */
 export function parseDuration(v: string, flag: string, max: number): number | null {

@@ -1,7 +1,7 @@
 import color from 'ansis'
 
 import type {CommitOutcome, ParticipantTiming} from '../coordination/controller.js'
-import {EpisodeId, captureKey} from '../protocol/episode.js'
+import {EpisodeId, EpisodeIdWire, captureKey, toWire} from '../protocol/episode.js'
 
 /** Human output: tables on stdout, notes and progress on stderr. */
 export function table(rows: Record<string, unknown>[], columns: string[]): string {
@@ -40,8 +40,9 @@ export function keys(episodes: EpisodeId[], max = 20): string {
   return k.length <= max ? k.join(', ') || '(none)' : `${k.slice(0, max).join(', ')} … (+${k.length - max})`
 }
 
-export function episodesJson(episodes: EpisodeId[]): {rollout_id: string; attempt: number}[] {
-  return episodes.map((e) => ({rollout_id: e.rolloutId, attempt: e.attempt}))
+/** Episodes in --json as on the wire: the one conversion, src/protocol's toWire. */
+export function episodesJson(episodes: EpisodeId[]): EpisodeIdWire[] {
+  return episodes.map(toWire)
 }
 
 /** The --json document of a commit, from `commit` and `checkpoint` alike. */

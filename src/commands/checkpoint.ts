@@ -1,6 +1,6 @@
 import {Flags} from '@oclif/core'
 
-import {BaseCommand, fleetFlags, timeoutFlag, fleetExitCodes} from '../cli/base.js'
+import {FleetCommand, timeoutFlag, fleetExitCodes} from '../cli/base.js'
 import {checkpointId, episodeFlags, rootFlag, seconds} from '../cli/flags.js'
 import {episodeInputs} from '../cli/inputs.js'
 import {commitJson, keys, note, timingsTable, warn} from '../cli/output.js'
@@ -9,7 +9,7 @@ import {checkpoint} from '../coordination/controller.js'
 import {ControllerError, nextStep} from '../coordination/errors.js'
 import type {CommandJson} from '../cli/json-schemas.js'
 
-export default class Checkpoint extends BaseCommand<typeof Checkpoint> {
+export default class Checkpoint extends FleetCommand<typeof Checkpoint> {
   static override summary = 'One-shot checkpoint: prepare, commit, publish, resume.'
   static override description = `Prepares in Gym's order, commits continued(episodes) into ROOT/ID, writes gymckpt.json, replaces
 ROOT/LATEST, and resumes. Whatever fails after prepare, and on SIGINT/SIGTERM, every participant
@@ -21,7 +21,6 @@ Progress (each phase's stage, the servers still pending, the time left to the de
     '<%= config.bin %> checkpoint --head http://head:11000 --root /shared/ckpt --json',
   ]
   static override flags = {
-    ...fleetFlags,
     root: rootFlag(),
     id: checkpointId({summary: 'Checkpoint ID (default: a new ckpt-<time>-<hex>).'}),
     ...episodeFlags('Episodes the controller continues (default: no scope)'),

@@ -3,8 +3,8 @@ import path from 'node:path'
 import {Flags} from '@oclif/core'
 import {Listr} from 'listr2'
 
-import {BaseCommand, fleetExitCodes, fleetFlags, timeoutFlag} from '../cli/base.js'
-import {parseDuration, rootFlag} from '../cli/flags.js'
+import {FleetCommand, fleetExitCodes, timeoutFlag} from '../cli/base.js'
+import {checked, parseDuration, rootFlag} from '../cli/flags.js'
 import {note} from '../cli/output.js'
 import {Collector, CollectOutcome, CollectStats} from '../coordination/collect.js'
 import {checkRoot} from '../coordination/controller.js'
@@ -12,7 +12,7 @@ import {ControllerError} from '../coordination/errors.js'
 import {CollectInputError, ResultsFile, acquirePidLock, readRows} from '../storage/collector.js'
 import type {CommandJson} from '../cli/json-schemas.js'
 
-export default class Collect extends BaseCommand<typeof Collect> {
+export default class Collect extends FleetCommand<typeof Collect> {
   static override summary = 'Run a rollout collection with partial-rollout checkpoints, and continue it after a crash.'
   static override description = `Sends every input row (a Gym run body) to /run, at most --concurrency at a time, and appends
 each finished row to --output as it completes. Each attempt is logged in ROOT/dispatched.jsonl
@@ -27,13 +27,16 @@ as Gym's own collector lays it out, so either can resume the other's run.\n\n${f
     '<%= config.bin %> collect --fleet fleet.yaml --input rows.jsonl --output results.jsonl --root /shared/collect --resume',
   ]
   static override flags = {
-    ...fleetFlags,
     input: Flags.string({summary: 'Input rows, one Gym run body per line (JSONL).', required: true}),
     output: Flags.string({summary: 'Results file, one finished row per line (JSONL), appended as rows finish.', required: true}),
     root: rootFlag('Collection root: dispatch log, checkpoints, LATEST'),
     agent: Flags.string({summary: 'Server that takes /run (default: the only environment server).'}),
     concurrency: Flags.integer({summary: '/run calls in flight at most; 1 to 4096.', default: 64, min: 1, max: 4096}),
-    'checkpoint-every': Flags.string({summary: 'Checkpoint period: 90, 90s, 5m, 1h, or off.', default: '5m'}),
+    'checkpoint-every': Flags.custom<number | null>({parse: checked((v) => parseDuration(v, '--checkpoint-every', 86_400))})({
+      summary: 'Checkpoint period: 90, 90s, 5m, 1h, or off.',
+      default: 300,
+      defaultHelp: async () => '5m',
+    }),
     'max-attempts': Flags.integer({summary: 'Failed /run calls a row may have before it counts as failed; 1 to 100.', default: 3, min: 1, max: 100}),
     resume: Flags.boolean({summary: 'Continue the run whose dispatch log and LATEST are in --root (on freshly started servers).'}),
     timeout: timeoutFlag,
@@ -52,12 +55,7 @@ as Gym's own collector lays it out, so either can resume the other's run.\n\n${f
 
   async run(): Promise<CommandJson<'collect'>> {
     const f = this.flags
-    let every: number | null
-    try {
-      every = parseDuration(f['checkpoint-every'], '--checkpoint-every', 86_400)
-    } catch (err) {
-      throw new ControllerError('input', (err as Error).message)
-    }
+    const every = f['checkpoint-every']
     const rows = await readRows(f.input).catch(asInput)
     const root = await checkRoot(await this.rootDir(f.root))
     const {coordinator, discovery} = await this.connect()

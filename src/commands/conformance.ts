@@ -1,14 +1,14 @@
 import {Flags} from '@oclif/core'
 import color from 'ansis'
 
-import {BaseCommand, fleetExitCodes, fleetFlags} from '../cli/base.js'
+import {FleetCommand, fleetExitCodes} from '../cli/base.js'
 import {seconds} from '../cli/flags.js'
 import {note, table} from '../cli/output.js'
 import {conformanceJson, runConformance, selectChecks} from '../coordination/conformance.js'
 import {ControllerError} from '../coordination/errors.js'
 import type {CommandJson} from '../cli/json-schemas.js'
 
-export default class Conformance extends BaseCommand<typeof Conformance> {
+export default class Conformance extends FleetCommand<typeof Conformance> {
   static override summary = 'Check checkpoint participants against the protocol, as csi-sanity does for CSI drivers.'
   static override description = [
     'For teams writing their own participant or upgrading Gym. Each check names the rule and the section of the protocol reference it tests, and passes, fails, or is skipped with the reason.',
@@ -23,7 +23,6 @@ export default class Conformance extends BaseCommand<typeof Conformance> {
     '<%= config.bin %> conformance --list',
   ]
   static override flags = {
-    ...fleetFlags,
     destructive: Flags.boolean({summary: 'Also run the checks that prepare, commit and resume (a staging fleet).'}),
     force: Flags.boolean({summary: 'Run destructive checks even on participants holding live work.', dependsOn: ['destructive']}),
     'keep-dir': Flags.boolean({summary: 'Keep the temporary checkpoint directory the destructive checks commit into.', dependsOn: ['destructive']}),
@@ -45,7 +44,7 @@ export default class Conformance extends BaseCommand<typeof Conformance> {
         )
       return {checks}
     }
-    const {coordinator, discovery} = await this.connect(undefined, {tolerant: true})
+    const {coordinator, discovery} = await this.connect({tolerant: true})
     const token = await this.controlToken()
     const report = await runConformance({
       client: coordinator.client,

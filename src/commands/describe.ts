@@ -11,7 +11,6 @@ import {keys, note, table, warn} from '../cli/output.js'
 import {ControllerError} from '../coordination/errors.js'
 import {SAFE_ID_PATTERN, fromWire, quoteInput} from '../protocol/episode.js'
 import {describeCheckpoint, formatAge, formatBytes} from '../storage/catalog.js'
-import {CheckpointStateError} from '../storage/errors.js'
 import type {CommandJson} from '../cli/json-schemas.js'
 
 function validId(id: string): string {
@@ -44,20 +43,14 @@ export default class Describe extends BaseCommand<typeof Describe> {
   }
 
   async run(): Promise<CommandJson<'describe'>> {
-    let d
-    try {
-      let [rootArg, idArg] = [this.args.root, this.args.id]
-      // One positional that is an ID and no path, with the root given otherwise (--root,
-      // GYMCKPT_ROOT, the config context): `describe --root R ID`.
-      if (rootArg !== undefined && idArg === undefined && rootArg !== this.flags.root && SAFE_ID_PATTERN.test(rootArg) && !existsSync(rootArg)) {
-        if (this.flags.root !== undefined || (await this.settings()).root !== null) [rootArg, idArg] = [undefined, validId(rootArg)]
-      }
-      if (idArg !== undefined && this.flags.id !== undefined && idArg !== this.flags.id) throw new ControllerError('input', `two checkpoint IDs given, ${idArg} and --id ${this.flags.id}: pass one`)
-      d = await describeCheckpoint(await this.rootDir(rootArg, this.flags.root), idArg ?? this.flags.id, {verify: this.flags.verify})
-    } catch (err) {
-      if (err instanceof CheckpointStateError) throw new ControllerError('invalid_checkpoint', err.message)
-      throw err
+    let [rootArg, idArg] = [this.args.root, this.args.id]
+    // One positional that is an ID and no path, with the root given otherwise (--root,
+    // GYMCKPT_ROOT, the config context): `describe --root R ID`.
+    if (rootArg !== undefined && idArg === undefined && rootArg !== this.flags.root && SAFE_ID_PATTERN.test(rootArg) && !existsSync(rootArg)) {
+      if (this.flags.root !== undefined || (await this.settings()).root !== null) [rootArg, idArg] = [undefined, validId(rootArg)]
     }
+    if (idArg !== undefined && this.flags.id !== undefined && idArg !== this.flags.id) throw new ControllerError('input', `two checkpoint IDs given, ${idArg} and --id ${this.flags.id}: pass one`)
+    const d = await describeCheckpoint(await this.rootDir(rootArg, this.flags.root), idArg ?? this.flags.id, {verify: this.flags.verify})
     const {warnings, ...json} = describeJson(d)
     for (const w of warnings) warn(w)
     if (!this.jsonEnabled()) this.render(json)

@@ -1,14 +1,14 @@
-import {BaseCommand, fleetFlags, fleetExitCodes} from '../cli/base.js'
+import {FleetCommand, fleetExitCodes} from '../cli/base.js'
 import {note, table} from '../cli/output.js'
 import type {CommandJson} from '../cli/json-schemas.js'
 
-export default class Discover extends BaseCommand<typeof Discover> {
+export default class Discover extends FleetCommand<typeof Discover> {
   static override summary = 'List the checkpoint participants of a Gym fleet.'
   static override description = `Probes every server's checkpoint status route. A 404 means "not a participant" (skipped);
 a server that is down, silent, refuses the token or reports an unknown kind fails discovery, and so
 does a fleet without a policy model.\n\n${fleetExitCodes()}`
   static override examples = ['<%= config.bin %> discover --head http://head:11000', '<%= config.bin %> discover --server env=http://127.0.0.1:9001 --server policy=http://127.0.0.1:9002 --json']
-  static override flags = {...fleetFlags}
+  static override flags = {}
 
   async run(): Promise<CommandJson<'discover'>> {
     const {discovery} = await this.connect()

@@ -4,14 +4,13 @@ import {Flags} from '@oclif/core'
 import {stringify} from 'yaml'
 
 import {BaseCommand} from '../cli/base.js'
+import {checked} from '../cli/flags.js'
 import {exitCodesHelp} from '../cli/exit-codes.js'
 import {DEFAULT_TOKEN_ENV, readToken} from '../cli/inputs.js'
 import {note, table} from '../cli/output.js'
-import {Faults} from '../control-plane/faults.js'
-import {DEFAULT_FLEET, Fleet, FleetMember, MemberKind} from '../control-plane/fleet.js'
+import {ServerFault, parseServerFault} from '../control-plane/faults.js'
+import {DEFAULT_FLEET, Fleet, FleetMember, parseMember} from '../control-plane/fleet.js'
 import {ControllerError} from '../coordination/errors.js'
-
-const KINDS: MemberKind[] = ['environment', 'model', 'agent', 'resources', 'none']
 
 export default class FleetCmd extends BaseCommand<typeof FleetCmd> {
   static override summary = 'Run a simulated Gym fleet on 127.0.0.1 to rehearse checkpoints and crashes.'
@@ -24,9 +23,12 @@ e.g. policy_model:commit:status:500 or weather_env:prepare:hang.\n\n${exitCodesH
     '<%= config.bin %> fleet --member env=environment --member policy=model --fault policy:commit:status:500',
   ]
   static override flags = {
-    member: Flags.string({summary: 'A member as NAME=KIND (environment|model|agent|resources|none); repeatable. Default: one of each and a judge.', multiple: true}),
+    member: Flags.custom<FleetMember>({parse: checked(parseMember)})({
+      summary: 'A member as NAME=KIND (environment|model|agent|resources|none); repeatable. Default: one of each and a judge.',
+      multiple: true,
+    }),
     'write-fleet': Flags.string({summary: 'Write a fleet YAML file for --fleet.'}),
-    fault: Flags.string({summary: 'Inject a fault (repeatable).', multiple: true}),
+    fault: Flags.custom<ServerFault>({parse: checked(parseServerFault)})({summary: 'Inject a fault (repeatable).', multiple: true}),
     'episode-count': Flags.integer({summary: 'Start this many long-running episodes.', default: 0, min: 0, aliases: ['episodes']}),
     steps: Flags.integer({summary: 'Steps per started episode.', default: 50, min: 1}),
     'step-ms': Flags.integer({summary: 'Duration of one step, ms.', default: 200, min: 1}),
@@ -37,26 +39,11 @@ e.g. policy_model:commit:status:500 or weather_env:prepare:hang.\n\n${exitCodesH
   async run() {
     // SIGINT/SIGTERM handled from the start: one that comes while the fleet starts stops it cleanly too.
     const signal = this.signal
-    const members: FleetMember[] = this.flags.member?.length
-      ? this.flags.member.map((m) => {
-          const [name, kind] = m.split('=')
-          if (!name || !KINDS.includes(kind as MemberKind)) throw new ControllerError('input', `--member ${m}: expected NAME=KIND with KIND one of ${KINDS.join(', ')}`)
-          return {name, kind: kind as MemberKind}
-        })
-      : DEFAULT_FLEET
-    const faults = (this.flags.fault ?? []).map((f) => {
-      const i = f.indexOf(':')
-      if (i <= 0) throw new ControllerError('input', `--fault ${f}: expected SERVER:ROUTE:TYPE[:ARG][xN]`)
-      try {
-        return {server: f.slice(0, i), rule: Faults.parse(f.slice(i + 1))}
-      } catch (err) {
-        throw new ControllerError('input', `--fault ${f}: ${(err as Error).message}`)
-      }
-    })
+    const members = this.flags.member?.length ? this.flags.member : DEFAULT_FLEET
     const token = await readToken({tokenEnv: this.flags['token-env'], tokenFile: this.flags['token-file']})
     const fleet = await Fleet.start({token, members, head: true})
     try {
-      for (const f of faults) {
+      for (const f of this.flags.fault ?? []) {
         const s = fleet.servers.find((x) => x.name === f.server)
         if (!s) throw new ControllerError('input', `--fault: no member named '${f.server}'`)
         s.faults.add(f.rule.route, f.rule.fault, f.rule.times)

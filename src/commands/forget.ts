@@ -1,20 +1,19 @@
 import {Flags} from '@oclif/core'
 
 import {checkpointId, rolloutFlags} from '../cli/flags.js'
-import {BaseCommand, fleetFlags, timeoutFlag, fleetExitCodes} from '../cli/base.js'
+import {FleetCommand, timeoutFlag, fleetExitCodes} from '../cli/base.js'
 import {rolloutInputs} from '../cli/inputs.js'
 import {ControllerError} from '../coordination/errors.js'
 import {forget, retirePreview} from '../coordination/operations.js'
 import {note, warn} from '../cli/output.js'
 import type {CommandJson} from '../cli/json-schemas.js'
 
-export default class Forget extends BaseCommand<typeof Forget> {
+export default class Forget extends FleetCommand<typeof Forget> {
   static override summary = 'Drop the retire marks of rollouts that are done for good.'
   static override description = `Call it once nothing of any attempt of a rollout can still run and it will not be dispatched
 again, for every rollout retired or restored. Same order and phase rules as retire.\n\n${fleetExitCodes('participant')}`
   static override examples = ['<%= config.bin %> forget --fleet fleet.yaml --rollout r7 --rollout r9', '<%= config.bin %> forget --head http://head:11000 --rollouts-file done.txt']
   static override flags = {
-    ...fleetFlags,
     ...rolloutFlags('Rollout ID'),
     id: checkpointId({summary: 'Checkpoint ID sent with the call.', default: 'forget'}),
     timeout: timeoutFlag,

@@ -5,9 +5,7 @@ import {rootFlag} from '../cli/flags.js'
 import {exitCodesHelp} from '../cli/exit-codes.js'
 import {listJson} from '../cli/catalog-json.js'
 import {note, table, warn} from '../cli/output.js'
-import {ControllerError} from '../coordination/errors.js'
 import {formatAge, formatBytes, listCheckpoints} from '../storage/catalog.js'
-import {CheckpointStateError} from '../storage/errors.js'
 import type {CommandJson} from '../cli/json-schemas.js'
 
 export default class List extends BaseCommand<typeof List> {
@@ -18,13 +16,7 @@ export default class List extends BaseCommand<typeof List> {
   static override flags = {root: rootFlag('Checkpoint root, instead of the positional')}
 
   async run(): Promise<CommandJson<'list'>> {
-    let catalog
-    try {
-      catalog = await listCheckpoints(await this.rootDir(this.args.root, this.flags.root))
-    } catch (err) {
-      if (err instanceof CheckpointStateError) throw new ControllerError('invalid_checkpoint', err.message)
-      throw err
-    }
+    const catalog = await listCheckpoints(await this.rootDir(this.args.root, this.flags.root))
     const {warnings, ...json} = listJson(catalog)
     for (const w of warnings) warn(w)
     if (!this.jsonEnabled()) {

@@ -1,14 +1,14 @@
 import {Flags} from '@oclif/core'
 
 import {checkpointId, rootFlag} from '../cli/flags.js'
-import {BaseCommand, fleetFlags, timeoutFlag, fleetExitCodes} from '../cli/base.js'
+import {FleetCommand, timeoutFlag, fleetExitCodes} from '../cli/base.js'
 import {episodesJson, keys, note} from '../cli/output.js'
 import {checkRoot, prepareOrAbort} from '../coordination/controller.js'
 import {nextStep} from '../coordination/errors.js'
 import {newCheckpointId} from '../coordination/runs.js'
 import type {CommandJson} from '../cli/json-schemas.js'
 
-export default class Prepare extends BaseCommand<typeof Prepare> {
+export default class Prepare extends FleetCommand<typeof Prepare> {
   static override summary = 'Freeze every participant at a safe boundary (environment, model, agent, resources).'
   static override description = `Stops at the first stage that is not ready by the deadline. Then, unless --keep-closed, every
 participant is resumed again and the blockers are reported (exit 5). On success the fleet stays
@@ -18,7 +18,6 @@ closed until 'commit' and 'resume'; leases end deadline + grace (Gym: 600 s) aft
     '<%= config.bin %> prepare --head http://head:11000 --id ckpt-nightly-7 --timeout 120',
   ]
   static override flags = {
-    ...fleetFlags,
     id: checkpointId({summary: 'Checkpoint ID (default: a new ckpt-<time>-<hex>). Never reuse a resumed ID.'}),
     timeout: timeoutFlag,
     'keep-closed': Flags.boolean({summary: 'When prepare misses its deadline, leave the fleet closed for inspection.'}),

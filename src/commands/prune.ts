@@ -4,8 +4,6 @@ import {BaseCommand} from '../cli/base.js'
 import {rootFlag} from '../cli/flags.js'
 import {exitCodesHelp} from '../cli/exit-codes.js'
 import {note, table} from '../cli/output.js'
-import {ControllerError} from '../coordination/errors.js'
-import {CheckpointStateError} from '../storage/errors.js'
 import {applyPrune, planPrune} from '../storage/prune.js'
 import type {CommandJson} from '../cli/json-schemas.js'
 
@@ -26,13 +24,7 @@ with --dry-run) it removes nothing and shows what it would remove.\n\n${exitCode
   }
 
   async run(): Promise<CommandJson<'prune'>> {
-    let plan
-    try {
-      plan = await planPrune(await this.rootDir(this.args.root, this.flags.root), this.flags.keep)
-    } catch (err) {
-      if (err instanceof CheckpointStateError) throw new ControllerError('invalid_checkpoint', err.message)
-      throw err
-    }
+    const plan = await planPrune(await this.rootDir(this.args.root, this.flags.root), this.flags.keep)
     if (this.flags.yes) await applyPrune(plan)
     if (!this.jsonEnabled()) {
       const rows = [...plan.remove.map((e) => ({...e, action: this.flags.yes ? 'removed' : 'would remove'})), ...plan.keep.map((e) => ({...e, action: 'keep'}))]

@@ -1,14 +1,14 @@
 import {checkpointId} from '../cli/flags.js'
-import {BaseCommand, fleetFlags, timeoutFlag, fleetExitCodes} from '../cli/base.js'
+import {FleetCommand, timeoutFlag, fleetExitCodes} from '../cli/base.js'
 import {renew} from '../coordination/operations.js'
 import type {CommandJson} from '../cli/json-schemas.js'
 
-export default class Renew extends BaseCommand<typeof Renew> {
+export default class Renew extends FleetCommand<typeof Renew> {
   static override summary = "Extend every participant's lease on an open checkpoint."
   static override description = `Leases end at deadline + grace; renew when publishing takes longer than expected. A lease
 never moves earlier.\n\n${fleetExitCodes('participant')}`
   static override examples = ['<%= config.bin %> renew --fleet fleet.yaml --id ckpt-20261202T120000-1a2b3c4d --timeout 900']
-  static override flags = {...fleetFlags, id: checkpointId({summary: 'The open checkpoint.', required: true}), timeout: timeoutFlag}
+  static override flags = {id: checkpointId({summary: 'The open checkpoint.', required: true}), timeout: timeoutFlag}
 
   async run(): Promise<CommandJson<'renew'>> {
     const {coordinator} = await this.connect()

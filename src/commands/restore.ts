@@ -1,15 +1,15 @@
 import {Args, Flags} from '@oclif/core'
 
 import {checkpointId, rootFlag} from '../cli/flags.js'
-import {BaseCommand, fleetFlags, timeoutFlag, fleetExitCodes} from '../cli/base.js'
+import {FleetCommand, timeoutFlag, fleetExitCodes} from '../cli/base.js'
 import {episodesJson, keys, note, table, timingsJson, timingsTable} from '../cli/output.js'
 import {progressMode, withProgress} from '../cli/progress.js'
-import {ControllerError, CoordinationError, nextStep} from '../coordination/errors.js'
+import {nextStep} from '../coordination/errors.js'
 import {RestorePlan, assertRestorable, planRestore, restoreCheckpoint} from '../coordination/restore.js'
 import {nextAttempt} from '../protocol/episode.js'
 import type {CommandJson} from '../cli/json-schemas.js'
 
-export default class Restore extends BaseCommand<typeof Restore> {
+export default class Restore extends FleetCommand<typeof Restore> {
   static override summary = 'Restore a published checkpoint into freshly started servers, all or nothing.'
   static override description = `First a preflight that sends nothing but status probes: every participant must be a fresh
 process (idle, no open checkpoint, no live episodes or sessions, no restored state, no retired
@@ -25,7 +25,6 @@ Progress (each phase's stage, the servers still pending, the time left to the de
   static override examples = ['<%= config.bin %> restore /shared/ckpt --fleet fleet.yaml', '<%= config.bin %> restore /shared/ckpt --head http://head:11000 --dry-run --json']
   static override args = {location: Args.string({description: 'Checkpoint root (LATEST is followed) or checkpoint directory (default: --root, GYMCKPT_ROOT, or the config context).'})}
   static override flags = {
-    ...fleetFlags,
     id: checkpointId({summary: 'Checkpoint ID under the root (default: LATEST).'}),
     root: rootFlag('Checkpoint root, instead of the positional'),
     'dry-run': Flags.boolean({summary: 'Run the preflight and show what the restore would do; send nothing.'}),
@@ -47,13 +46,10 @@ Progress (each phase's stage, the servers still pending, the time left to the de
     if (this.flags['dry-run']) {
       const plan = await planRestore(coordinator, opts)
       if (!this.jsonEnabled()) this.render(plan, true)
-      // Exits as the real restore would: refused fleets and invalid checkpoints are errors.
-      try {
-        assertRestorable(plan)
-      } catch (err) {
-        if (err instanceof ControllerError && !(err instanceof CoordinationError)) throw new ControllerError(err.code, `dry run: ${err.message}`, {dry_run: true, valid: false, ...planJson(plan)})
-        throw err
-      }
+      // Exits as the real restore would: refused fleets and invalid checkpoints are errors, whose
+      // JSON details carry the plan.
+      this.failureContext = {dry_run: true, valid: false, ...planJson(plan)}
+      assertRestorable(plan, {dryRun: true})
       return {dry_run: true, valid: true, ...planJson(plan)}
     }
     const r = await withProgress(

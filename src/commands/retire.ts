@@ -1,21 +1,20 @@
 import {Flags} from '@oclif/core'
 
 import {checkpointId, episodeFlags} from '../cli/flags.js'
-import {BaseCommand, fleetFlags, timeoutFlag, fleetExitCodes} from '../cli/base.js'
+import {FleetCommand, timeoutFlag, fleetExitCodes} from '../cli/base.js'
 import {episodeInputs} from '../cli/inputs.js'
 import {ControllerError} from '../coordination/errors.js'
 import {retire, retirePreview} from '../coordination/operations.js'
 import {note, warn} from '../cli/output.js'
 import type {CommandJson} from '../cli/json-schemas.js'
 
-export default class Retire extends BaseCommand<typeof Retire> {
+export default class Retire extends FleetCommand<typeof Retire> {
   static override summary = 'Stop and free attempts everywhere, callers first; they stay refused until forget.'
   static override description = `Order: environment, then agent, then model and resources. Refused while a checkpoint is open
 (resume first). Each participant marks the attempt (and earlier ones) before it stops anything, so
 a late request of a retired attempt gets 409 stale_attempt. Sent in batches of 1024.\n\n${fleetExitCodes('participant')}`
   static override examples = ['<%= config.bin %> retire --fleet fleet.yaml --episode r7 --episode r9-a1', 'cat stragglers.txt | <%= config.bin %> retire --head http://head:11000 --episodes-file -']
   static override flags = {
-    ...fleetFlags,
     ...episodeFlags('Attempts to retire'),
     id: checkpointId({summary: 'Checkpoint ID sent with the call (a restored fleet needs its restore ID).', default: 'retire'}),
     timeout: timeoutFlag,

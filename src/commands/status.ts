@@ -1,17 +1,17 @@
-import {BaseCommand, fleetFlags, fleetExitCodes} from '../cli/base.js'
+import {FleetCommand, fleetExitCodes} from '../cli/base.js'
 import {table} from '../cli/output.js'
-import {ControllerError, CoordinationError, failureMessage} from '../coordination/errors.js'
+import {CoordinationError, failureMessage} from '../coordination/errors.js'
 import type {CommandJson} from '../cli/json-schemas.js'
 
-export default class Status extends BaseCommand<typeof Status> {
+export default class Status extends FleetCommand<typeof Status> {
   static override summary = "Show every participant's phase, checkpoint, lease and readiness."
   static override description = `One status call per participant, all at once. Servers that fail their probe are listed too,
 with their error, and the command then exits 3.\n\n${fleetExitCodes()}`
   static override examples = ['<%= config.bin %> status --fleet fleet.yaml', '<%= config.bin %> status --head http://head:11000 --json | jq .participants']
-  static override flags = {...fleetFlags}
+  static override flags = {}
 
   async run(): Promise<CommandJson<'status'>> {
-    const {discovery} = await this.connect(undefined, {tolerant: true})
+    const {discovery} = await this.connect({tolerant: true})
     const participants = discovery.participants.map((p) => {
       const s = p.status
       return {
@@ -41,8 +41,8 @@ with their error, and the command then exits 3.\n\n${fleetExitCodes()}`
       this.log(table([...rows, ...failed], ['server', 'kind', 'phase', 'checkpoint_id', 'lease', 'ready', 'blockers', 'restarts', 'retired']))
     }
     if (discovery.failures.length) {
-      const e = new CoordinationError('discover', discovery.failures)
-      throw new ControllerError(e.code, e.message, {failures: e.failures, participants})
+      this.failureContext = {participants}
+      throw new CoordinationError('discover', discovery.failures)
     }
     return {participants}
   }

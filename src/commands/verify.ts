@@ -6,7 +6,6 @@ import {BaseCommand} from '../cli/base.js'
 import {exitCodesHelp} from '../cli/exit-codes.js'
 import {note, table} from '../cli/output.js'
 import {ControllerError} from '../coordination/errors.js'
-import {CheckpointStateError} from '../storage/errors.js'
 import {verifyCheckpoint} from '../storage/verify.js'
 import type {CommandJson} from '../cli/json-schemas.js'
 
@@ -26,13 +25,7 @@ for. Exit 6 on any error.\n\n${exitCodesHelp('input', 'invalid_checkpoint')}`
   static override flags = {id: checkpointId({summary: 'Checkpoint ID under the root (default: LATEST).'}), root: rootFlag('Checkpoint root, instead of the positional')}
 
   async run(): Promise<CommandJson<'verify'>> {
-    let report
-    try {
-      report = await verifyCheckpoint(await this.rootDir(this.args.location, this.flags.root), {id: this.flags.id})
-    } catch (err) {
-      if (err instanceof CheckpointStateError) throw new ControllerError('invalid_checkpoint', err.message)
-      throw err
-    }
+    const report = await verifyCheckpoint(await this.rootDir(this.args.location, this.flags.root), {id: this.flags.id})
     const json = {
       valid: report.ok,
       checkpoint_id: report.checkpointId,

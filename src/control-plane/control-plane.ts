@@ -1,6 +1,18 @@
 import {EpisodeId, captureKey, fromCaptureKey, fromWire, nextAttempt, sortedKeys} from '../protocol/episode.js'
 import {ErrorCode, HTTP_STATUS_OF} from '../protocol/errors.js'
-import {CommitRequest, MAX_REPORTED_BLOCKERS, Phase, PrepareReport, PrepareRequest, ParticipantManifest, ForgetRequest, RestoreRequest, RetireRequest} from '../protocol/wire.js'
+import {
+  CommitRequest,
+  MAX_REPORTED_BLOCKERS,
+  Phase,
+  PrepareReport,
+  PrepareRequest,
+  ParticipantManifest,
+  ForgetRequest,
+  RestoreRequest,
+  RetireRequest,
+  StatusReplyWire,
+  WireReply,
+} from '../protocol/wire.js'
 import {CheckpointStateError} from '../storage/errors.js'
 import {participantDir, readParticipantState, StoredRecord, writeParticipantState} from '../storage/participant-store.js'
 import {PyJsonError, PyValue, pyDumpsView} from '../storage/pyjson.js'
@@ -129,7 +141,7 @@ export class ControlPlane {
     return {...r, blockers: all.slice(0, MAX_REPORTED_BLOCKERS), blocker_count: r.blocker_count ?? all.length}
   }
 
-  status(): Record<string, unknown> {
+  status(): StatusReplyWire {
     return {
       kind: this.participant.kind,
       instance: this.participant.instance,
@@ -160,14 +172,16 @@ export class ControlPlane {
     if (this.phase === 'restored') this.renewLease(deadlineTs)
   }
 
-  private remembered(id: string, op: string, args: string | null): unknown | undefined {
+  /** The reply a completed prepare, commit or restore of `id` gave, replayed to a retry with the same arguments. */
+  private remembered<O extends 'prepare' | 'commit' | 'restore'>(id: string, op: O, args: string | null): WireReply<O> | undefined {
     const r = this.completed.get(`${op}\0${id}`)
     if (!r) return undefined
     if (r.args !== args) throw new ControlError('checkpoint_conflict', `checkpoint '${id}' already completed ${op} with another directory or scope`)
-    return r.reply
+    // Stored under the same operation's key by remember() below.
+    return r.reply as WireReply<O>
   }
 
-  private remember(id: string, op: string, args: string | null, reply: unknown): void {
+  private remember<O extends 'prepare' | 'commit' | 'restore'>(id: string, op: O, args: string | null, reply: WireReply<O>): void {
     this.completed.set(`${op}\0${id}`, {args, reply})
   }
 
@@ -213,10 +227,10 @@ export class ControlPlane {
 
   // ---------------------------------------------------------------- prepare / renew
 
-  async prepare(req: PrepareRequest): Promise<{phase: Phase; report: PrepareReport}> {
+  async prepare(req: PrepareRequest): Promise<WireReply<'prepare'>> {
     const id = req.checkpoint_id
     const done = this.remembered(id, 'prepare', null)
-    if (done !== undefined) return done as {phase: Phase; report: PrepareReport}
+    if (done !== undefined) return done
     await this.lock.run(() => {
       this.admit(id, ['idle', 'preparing'])
       if (this.phase === 'idle') {
@@ -255,7 +269,7 @@ export class ControlPlane {
     })
   }
 
-  renew(req: PrepareRequest): Promise<{lease_expires_at: number}> {
+  renew(req: PrepareRequest): Promise<WireReply<'renew'>> {
     return this.lock.run(() => {
       this.admit(req.checkpoint_id, ['preparing', 'prepared', 'committed', 'restored'])
       this.renewLease(req.deadline_ts)
@@ -265,12 +279,12 @@ export class ControlPlane {
 
   // ---------------------------------------------------------------- commit
 
-  async commit(req: CommitRequest): Promise<Record<string, unknown>> {
+  async commit(req: CommitRequest): Promise<WireReply<'commit'>> {
     const id = req.checkpoint_id
     const scope = req.episode_ids ? req.episode_ids.map(fromWire) : null
     const args = JSON.stringify([req.checkpoint_dir, scope ? sortedKeys(scope) : null])
     const done = this.remembered(id, 'commit', args)
-    if (done !== undefined) return done as Record<string, unknown>
+    if (done !== undefined) return done
     const job = await this.lock.run(() => {
       this.admit(id, ['prepared'])
       this.renewLease(req.deadline_ts)
@@ -361,15 +375,15 @@ export class ControlPlane {
 
   // ---------------------------------------------------------------- restore
 
-  async restore(req: RestoreRequest): Promise<Record<string, unknown>> {
+  async restore(req: RestoreRequest): Promise<WireReply<'restore'>> {
     const id = req.checkpoint_id
     const scope = req.episode_ids.map(fromWire)
     const args = JSON.stringify([req.checkpoint_dir, sortedKeys(scope)])
     const done = this.remembered(id, 'restore', args)
-    if (done !== undefined) return done as Record<string, unknown>
+    if (done !== undefined) return done
     return this.lock.run(async () => {
       const again = this.remembered(id, 'restore', args)
-      if (again !== undefined) return again as Record<string, unknown>
+      if (again !== undefined) return again
       this.admit(id, ['idle'])
       if (this.participant.hasLiveState()) throw new ControlError('checkpoint_error', `${this.participant.kind} restore requires a process without live episodes`)
       const p = this.participant
@@ -417,7 +431,7 @@ export class ControlPlane {
 
   // ---------------------------------------------------------------- resume
 
-  resume(req: PrepareRequest): Promise<{phase: Phase; idempotent: boolean}> {
+  resume(req: PrepareRequest): Promise<WireReply<'resume'>> {
     const id = req.checkpoint_id
     return this.lock.run(async () => {
       if (this.resumed.has(id)) return {phase: 'idle' as Phase, idempotent: true}
@@ -459,7 +473,7 @@ export class ControlPlane {
 
   // ---------------------------------------------------------------- retire / forget
 
-  async retire(req: RetireRequest): Promise<{retired_count: number}> {
+  async retire(req: RetireRequest): Promise<WireReply<'retire'>> {
     const episodes = req.episode_ids.map(fromWire)
     const deadlineMs = req.deadline_ts * 1000
     return this.lock.run(async () => {
@@ -494,7 +508,7 @@ export class ControlPlane {
     })
   }
 
-  forget(req: ForgetRequest): Promise<{forgotten_count: number}> {
+  forget(req: ForgetRequest): Promise<WireReply<'forget'>> {
     return this.lock.run(() => {
       this.admitOutsideCheckpoint(req.checkpoint_id, req.deadline_ts)
       if (Date.now() >= req.deadline_ts * 1000) throw new ControlError('deadline_exceeded', 'forget deadline passed')

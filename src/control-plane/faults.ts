@@ -50,3 +50,15 @@ export class Faults {
     return {route: route!, fault, times: n}
   }
 }
+
+/** A fault aimed at one member of a fleet: `SERVER:ROUTE:TYPE[:ARG][xN]`, as the fleet command takes it. */
+export interface ServerFault {
+  server: string
+  rule: FaultRule
+}
+
+export function parseServerFault(spec: string): ServerFault {
+  const i = spec.indexOf(':')
+  if (i <= 0) throw new Error(`${spec}: expected SERVER:ROUTE:TYPE[:ARG][xN]`)
+  return {server: spec.slice(0, i), rule: Faults.parse(spec.slice(i + 1))}
+}

@@ -13,6 +13,16 @@ export interface FleetMember {
 }
 
 /** The embedded default: one server of each kind, plus a judge model that takes no part. */
+export const MEMBER_KINDS: readonly MemberKind[] = ['environment', 'model', 'agent', 'resources', 'none']
+
+/** A member as `NAME=KIND`. */
+export function parseMember(spec: string): FleetMember {
+  const eq = spec.indexOf('=')
+  const [name, kind] = [spec.slice(0, eq), spec.slice(eq + 1)]
+  if (eq <= 0 || !MEMBER_KINDS.includes(kind as MemberKind)) throw new Error(`${spec}: expected NAME=KIND with KIND one of ${MEMBER_KINDS.join(', ')}`)
+  return {name, kind: kind as MemberKind}
+}
+
 export const DEFAULT_FLEET: FleetMember[] = [
   {name: 'weather_env', kind: 'environment'},
   {name: 'policy_model', kind: 'model'},

@@ -1,7 +1,7 @@
 import {createHash} from 'node:crypto'
 import {Agent, request} from 'undici'
 
-import {EpisodeId, captureKey, fromCaptureKey, nextAttempt} from '../protocol/episode.js'
+import {EpisodeId, captureKey, fromCaptureKey, fromWire, nextAttempt} from '../protocol/episode.js'
 import {PrepareReport} from '../protocol/wire.js'
 import {StoredRecord} from '../storage/participant-store.js'
 import {PyValue, isPyDict, pyGet} from '../storage/pyjson.js'
@@ -266,7 +266,7 @@ export class SimEnvironment extends SimBase {
 
   /** The data-plane /run. Throws ControlError for refusals. */
   run(body: RunBody): Promise<RunResult> {
-    const ep: EpisodeId = {rolloutId: body.rollout_id, attempt: body.attempt}
+    const ep = fromWire(body)
     const key = captureKey(ep)
     this.cp.checkAttempt(ep)
     if (this.admissionClosed) throw new ControlError('admission_closed', 'a checkpoint is open; send the /run again after resume')

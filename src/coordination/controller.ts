@@ -9,8 +9,8 @@ import {probeWritableDir} from '../storage/fsutil.js'
 import {verifyCheckpoint} from '../storage/verify.js'
 import {ControllerManifest, FORMAT_VERSION, describeFsError, publishLatest, writeControllerManifest} from '../storage/root.js'
 import {ControllerError, CoordinationError, NextStep, ParticipantFailure, failureMessage, nextStep} from './errors.js'
-import {Coordinator, PrepareResult, continuedOf, commit, prepare, renew, resume, statusAll} from './operations.js'
-import type {Participant} from './discover.js'
+import {Coordinator, PrepareResult, StageResult, continuedOf, commit, prepare, renew, restartsOf, resume, resumeAll, statusAll} from './operations.js'
+import type {DiscoveredParticipant, Discovery, Participant} from './discover.js'
 import {RunTracker, newCheckpointId} from './runs.js'
 
 export type Log = (msg: string) => void
@@ -133,6 +133,111 @@ export function openCheckpoints(statuses: Map<string, StatusReply>, except?: str
     open.set(st.checkpoint_id, [...(open.get(st.checkpoint_id) ?? []), `${server} (${st.phase})`])
   }
   return open
+}
+
+/**
+ * What a stateless `commit` commits, from a tolerant discovery: the checkpoint every participant is
+ * prepared under (or `id`) and the restarts they report. Refuses, sending nothing, when none or
+ * several are open, a participant is not prepared under it, or one is down. A checkpoint that can
+ * never be committed (one holder is down or came back empty while others hold it) is closed on
+ * every reachable participant first, so they do not stay closed until their leases run out.
+ * `again` are the arguments that name the root again in a suggested `commit` line.
+ */
+export async function preparedForCommit(
+  c: Coordinator,
+  discovery: Discovery,
+  opts: {id?: string; deadlineTs: number; log?: Log; again?: string[]},
+): Promise<{checkpointId: string; restarts: EpisodeId[]}> {
+  const id = checkpointToCommit(discovery.participants, opts.id, opts.again ?? [])
+  const down = discovery.failures.filter((f) => f.code !== 'no_model')
+  const holders = discovery.participants.filter((p) => p.status.checkpoint_id === id)
+  const lost = discovery.participants.filter((p) => p.status.checkpoint_id === null)
+  if (holders.length && (down.length || lost.length)) {
+    const closed = await closeCheckpoint(c, id, opts.deadlineTs, opts.log)
+    const after = afterClose(id, closed)
+    const why = [...down.map((f) => `${f.server} is down (${failureMessage(f)})`), ...lost.map((p) => `${p.server} holds no checkpoint (restarted, or its lease expired)`)].join('; ')
+    const state =
+      closed.resumed && down.length
+        ? `every reachable participant was resumed; ${down.map((f) => f.server).join(', ')} reopen(s) by itself when its lease expires, or resume again once it is back`
+        : after.text
+    throw new ControllerError(
+      down.length ? 'discovery' : 'participant',
+      `checkpoint '${id}' cannot be committed: ${why}; nothing was committed; ${state}. Checkpoint again (a new ID) once every server is back.`,
+      {checkpoint_id: id, unreachable: down, lost: lost.map((p) => p.server)},
+    ).withNext(...(down.length ? [nextStep('resume', ['--id', id])] : after.next))
+  }
+  if (down.length) throw new CoordinationError('discover', down, 'every participant must answer before a commit; nothing was sent').withNext(nextStep('commit', ['--id', id, ...(opts.again ?? [])]))
+  const notPrepared = discovery.participants.filter((p) => p.status.checkpoint_id !== id || (p.status.phase !== 'prepared' && p.status.phase !== 'committed'))
+  if (notPrepared.length) {
+    throw new ControllerError(
+      'fleet_state',
+      `not prepared under '${id}': ${notPrepared.map((p) => `${p.server} (${p.status.phase}${p.status.checkpoint_id ? ` of '${p.status.checkpoint_id}'` : ''})`).join(', ')}; nothing was sent`,
+    ).withNext(nextStep('resume', ['--id', id]))
+  }
+  return {checkpointId: id, restarts: restartsOf(discovery.participants.map((p) => p.status.report.restarts))}
+}
+
+/** The checkpoint the participants are prepared under (or `id`), with the real problem when none is. */
+function checkpointToCommit(ps: DiscoveredParticipant[], id: string | undefined, again: string[]): string {
+  if (id) return id
+  const open = [...openCheckpoints(new Map(ps.map((p) => [p.server, p.status]))).keys()]
+  if (open.length === 0) throw new ControllerError('fleet_state', 'no participant has an open checkpoint; nothing was sent. Prepare one first.').withNext(nextStep('prepare', again))
+  if (open.length > 1)
+    throw new ControllerError('fleet_state', `participants hold different checkpoints (${open.join(', ')}); nothing was sent. Pass --id, or resume them and prepare again.`).withNext(
+      ...open.map((k) => nextStep('resume', ['--id', k])),
+    )
+  return open[0]!
+}
+
+/** What `resume` did: the ID it resumed (null: none was active), each reply, and who was down. */
+export interface ResumeOutcome extends StageResult<'resume'> {
+  checkpointId: string | null
+  /** Participants that had it open and reopened (the others had nothing open under it). */
+  reopened: number
+  /** Checkpoints the participants reported open before the resume. */
+  active: string[]
+  unreachable: ParticipantFailure[]
+  /** What went wrong, to throw once the outcome is shown: participants that failed, or were down. */
+  error: CoordinationError | null
+}
+
+/**
+ * Resumes `id` (default: the one checkpoint or restore the participants report active) on every
+ * participant that answered discovery, going on past failures. The failures, and the members that
+ * were down (they reopen when their lease expires), come back as `error`: the caller shows what
+ * was resumed first, then throws it.
+ */
+export async function resumeFleet(c: Coordinator, discovery: Discovery, opts: {id?: string; deadlineTs: number}): Promise<ResumeOutcome> {
+  const active = [...openCheckpoints(new Map(discovery.participants.map((p) => [p.server, p.status]))).keys()]
+  if (!opts.id && active.length > 1)
+    throw new ControllerError('input', `participants report several active checkpoints (${active.join(', ')}); pass --id`).withNext(...active.map((k) => nextStep('resume', ['--id', k])))
+  const id = opts.id ?? active[0] ?? null
+  const down = discovery.failures.filter((f) => f.code !== 'no_model')
+  const result: StageResult<'resume'> = id ? await resumeAll(c, id, opts.deadlineTs) : {replies: new Map(), failures: []}
+  const reopened = [...result.replies.values()].filter((r) => !r.idempotent).length
+  const outcome = {...result, checkpointId: id, reopened, active, unreachable: down}
+  if (id && result.failures.length) {
+    const others = active.filter((k) => k !== id)
+    const conflict = result.failures.some((f) => f.code === 'checkpoint_conflict')
+    const error = new CoordinationError(
+      'resume',
+      result.failures,
+      conflict && others.length
+        ? `those participants hold another checkpoint (${others.join(', ')}); resume that one if no controller is still working on it`
+        : `the other participants were resumed; resume '${id}' again`,
+    ).withNext(...(conflict && others.length ? others.map((k) => nextStep('resume', ['--id', k])) : [nextStep('resume', ['--id', id])]))
+    return {...outcome, error}
+  }
+  if (down.length) {
+    const lease = Math.max(0, ...discovery.participants.filter((p) => p.status.checkpoint_id === id).map((p) => p.status.lease_expires_at ?? 0))
+    const error = new CoordinationError(
+      'discover',
+      down,
+      `every reachable participant was resumed${id ? ` under '${id}'` : ''}; the ones down reopen by themselves when their lease expires${lease ? ` (the others' lease ran to ${new Date(lease * 1000).toISOString()})` : ''}, or resume again once they are back`,
+    ).withNext(...(id ? [nextStep('resume', ['--id', id])] : []))
+    return {...outcome, error}
+  }
+  return {...outcome, error: null}
 }
 
 /**

@@ -129,27 +129,38 @@ export async function planRestore(c: Coordinator, opts: RestoreOptions): Promise
   }
 }
 
-/** Throws the error the real restore would stop at; returns when it would go ahead. */
-export function assertRestorable(plan: RestorePlan): void {
-  if (plan.unreachable.length) throw new CoordinationError('discover', plan.unreachable, 'every participant must answer before a restore; nothing was sent')
+/**
+ * Throws the error the real restore would stop at; returns when it would go ahead. A dry run's
+ * errors say so ("dry run: ..."): the same refusals, and nothing was sent either way.
+ */
+export function assertRestorable(plan: RestorePlan, opts: {dryRun?: boolean} = {}): void {
+  const said = (m: string) => (opts.dryRun ? `dry run: ${m}` : m)
+  if (plan.unreachable.length)
+    throw new CoordinationError(
+      'discover',
+      plan.unreachable,
+      opts.dryRun ? 'every participant must answer before a restore; the dry run sent nothing' : 'every participant must answer before a restore; nothing was sent',
+    )
   if (plan.busy.length) {
     const list = plan.busy.map((b) => `${b.server} ${b.reasons.join(', ')}`).join('; ')
     throw new ControllerError(
       'fleet_state',
-      `restore refused, nothing was sent: restore needs freshly started servers, and ${plan.busy.length} participant(s) are not: ${list}. ` +
-        'A restore there would be refused, and cleaning up after it would retire their work. Point the command at the fresh fleet, or restart these servers first.',
+      said(
+        `restore refused, nothing was sent: restore needs freshly started servers, and ${plan.busy.length} participant(s) are not: ${list}. ` +
+          'A restore there would be refused, and cleaning up after it would retire their work. Point the command at the fresh fleet, or restart these servers first.',
+      ),
       {busy: plan.busy},
     )
   }
   if (plan.verify && !plan.verify.ok) {
     const errs = plan.verify.problems.filter((p) => p.severity === 'error')
-    throw new ControllerError('invalid_checkpoint', `checkpoint ${plan.checkpointDir} failed verification, nothing was sent: ${errs.map((p) => `${p.where}: ${p.message}`).join('; ')}`, {
+    throw new ControllerError('invalid_checkpoint', said(`checkpoint ${plan.checkpointDir} failed verification, nothing was sent: ${errs.map((p) => `${p.where}: ${p.message}`).join('; ')}`), {
       checkpoint_dir: plan.checkpointDir,
       problems: plan.verify.problems,
     })
   }
   if (!plan.manifest) {
-    throw new ControllerError('invalid_checkpoint', `${plan.checkpointDir} has no controller manifest: it was never published; nothing was sent`)
+    throw new ControllerError('invalid_checkpoint', said(`${plan.checkpointDir} has no controller manifest: it was never published; nothing was sent`))
   }
 }
 

@@ -139,3 +139,6 @@ export const REPLY_SCHEMAS = {
   restore: RestoreReply,
 } as const satisfies Record<Operation, z.ZodType>
 export type ReplyOf<O extends Operation> = z.output<(typeof REPLY_SCHEMAS)[O]>
+/** A reply as a participant sends it (what the schemas accept): the type the double's replies are written to. */
+export type WireReply<O extends Operation> = z.input<(typeof REPLY_SCHEMAS)[O]>
+export type StatusReplyWire = z.input<typeof StatusReply>

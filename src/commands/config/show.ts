@@ -1,11 +1,11 @@
-import {BaseCommand, fleetFlags} from '../../cli/base.js'
+import {FleetCommand} from '../../cli/base.js'
 import {ENV} from '../../cli/config.js'
 import {exitCodesHelp} from '../../cli/exit-codes.js'
 import {rootFlag} from '../../cli/flags.js'
 import {table} from '../../cli/output.js'
 import type {CommandJson} from '../../cli/json-schemas.js'
 
-export default class ConfigShow extends BaseCommand<typeof ConfigShow> {
+export default class ConfigShow extends FleetCommand<typeof ConfigShow> {
   static override summary = 'Show the fleet, root and token source every command would use, and where each comes from.'
   static override description = `Precedence: a flag, else an environment variable (${Object.values(ENV).join(', ')}),
 else the selected context of the config file (--config, GYMCKPT_CONFIG, or config.yaml in the
@@ -20,7 +20,7 @@ Config file:
 
 ${exitCodesHelp('input')}`
   static override examples = ['<%= config.bin %> config show', '<%= config.bin %> config show --context staging --json']
-  static override flags = {...fleetFlags, root: rootFlag()}
+  static override flags = {root: rootFlag()}
 
   async run(): Promise<CommandJson<'config show'>> {
     const s = await this.settings()
