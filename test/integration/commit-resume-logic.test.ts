@@ -1,0 +1,449 @@
+// What a stateless `commit` and `resume` decide from one tolerant discovery (src/coordination/
+// controller.ts preparedForCommit, resumeFleet), against real fleets of the participant double:
+// the checkpoint found, the restarts reported, every refusal (and that it sent nothing), the
+// close-then-throw path when a holder is down or came back empty, and what resume leaves behind.
+import {describe, expect, it} from 'vitest'
+
+import {Fleet, MemberKind} from '../../src/control-plane/fleet.js'
+import {ParticipantServer} from '../../src/control-plane/server.js'
+import {SimDownstream, SimEnvironment} from '../../src/control-plane/sim.js'
+import {ControlClient} from '../../src/coordination/client.js'
+import {commitAndPublish, prepareOrAbort, preparedForCommit, resumeFleet} from '../../src/coordination/controller.js'
+import {Discovery, discover} from '../../src/coordination/discover.js'
+import {ControllerError, CoordinationError, nextStep} from '../../src/coordination/errors.js'
+import {Coordinator, prepare} from '../../src/coordination/operations.js'
+import {FULL, TOKEN, control, later, soon, startFleet, waitFor} from '../helpers/fleet.js'
+import {tempDir} from '../helpers/tmp.js'
+
+const PARTICIPANTS = ['env', 'policy', 'agent', 'res']
+
+function newClient(): ControlClient {
+  const c = new ControlClient({token: TOKEN})
+  later(() => c.close())
+  return c
+}
+
+/** What `commit` and `resume` do first: a tolerant discovery, and a coordinator of whoever answered. */
+async function look(fleet: Fleet, client = newClient()): Promise<{c: Coordinator; d: Discovery}> {
+  const d = await discover(
+    client,
+    fleet.servers.map((s) => ({name: s.name, url: s.url})),
+    {tolerant: true, tries: 1, probeTimeoutMs: 3000},
+  )
+  return {c: {client, participants: d.participants}, d}
+}
+
+const OPERATIONS = new Set(['prepare', 'commit', 'resume', 'renew', 'restore', 'retire', 'forget'])
+
+/** Control operations (not status, not data) that reached each server, in order: what "nothing was sent" is about. */
+function sent(fleet: Fleet): Record<string, string[]> {
+  return Object.fromEntries(fleet.servers.map((s) => [s.name, s.journal.filter((j) => OPERATIONS.has(j.route)).map((j) => j.route)]))
+}
+
+/** Phase and checkpoint of each named server, as its status route reports them now. */
+async function phases(fleet: Fleet, names = PARTICIPANTS): Promise<Record<string, string>> {
+  const out: Record<string, string> = {}
+  for (const n of names) {
+    const st = (await control(fleet.server(n).url, 'status')).json
+    out[n] = st.checkpoint_id === null ? st.phase : `${st.phase} ${st.checkpoint_id}`
+  }
+  return out
+}
+
+/** The server crashed and came back on its address as a fresh process: up, but holding nothing ('none': without checkpoint routes). */
+async function restartEmpty(fleet: Fleet, name: string, kind: MemberKind): Promise<void> {
+  const old = fleet.server(name)
+  const port = Number(new URL(old.url).port)
+  await old.crash()
+  const participant = kind === 'environment' ? new SimEnvironment(name) : kind === 'none' ? null : new SimDownstream(kind, name)
+  const s = new ParticipantServer({name, token: TOKEN, participant})
+  await s.listen(port)
+  later(() => s.close())
+}
+
+async function caught(p: Promise<unknown>): Promise<ControllerError> {
+  const err = await p.then(
+    () => null,
+    (e: unknown) => e,
+  )
+  expect(err).toBeInstanceOf(ControllerError)
+  return err as ControllerError
+}
+
+/** A fleet of FULL with checkpoint `id` prepared everywhere. */
+async function preparedFleet(id = 'c1'): Promise<Fleet> {
+  const fleet = await startFleet({members: FULL})
+  const {c} = await look(fleet)
+  await prepareOrAbort(c, id, soon())
+  return fleet
+}
+
+describe('preparedForCommit: what a stateless commit commits', () => {
+  it('finds the one checkpoint every participant is prepared under, reports no restarts, and sends nothing', async () => {
+    const fleet = await preparedFleet('c1')
+    const before = sent(fleet)
+    const {c, d} = await look(fleet)
+    expect(await preparedForCommit(c, d, {deadlineTs: soon()})).toEqual({checkpointId: 'c1', restarts: []})
+    // An explicit --id naming the open checkpoint is the same answer.
+    expect(await preparedForCommit(c, d, {id: 'c1', deadlineTs: soon()})).toEqual({checkpointId: 'c1', restarts: []})
+    expect(sent(fleet)).toEqual(before)
+    expect(await phases(fleet)).toEqual({env: 'prepared c1', policy: 'prepared c1', agent: 'prepared c1', res: 'prepared c1'})
+  })
+
+  it('reports the restarts the prepared participants report, once each, from every server of a kind', async () => {
+    const fleet = await startFleet({
+      members: [
+        {name: 'env1', kind: 'environment'},
+        {name: 'env2', kind: 'environment'},
+        {name: 'policy', kind: 'model'},
+        {name: 'res', kind: 'resources'},
+      ],
+    })
+    const env = (n: string) => fleet.server(n).participant as SimEnvironment
+    void fleet.run({rolloutId: 'a', steps: 400, stepMs: 5}, 'env1')
+    void fleet.run({rolloutId: 's1', steps: 100_000, stepMs: 5, restart: true}, 'env1')
+    void fleet.run({rolloutId: 's2', attempt: 2, steps: 100_000, stepMs: 5, restart: true}, 'env2')
+    await waitFor(() => env('env1').report().restarts.includes('s1') && env('env2').report().restarts.includes('s2-a2'), 5000, 'restarts reported')
+    await waitFor(() => [...env('env1').episodes.values()].every((e) => e.boundary !== null), 5000, 'episodes at a boundary')
+    const {c: c0} = await look(fleet)
+    await prepareOrAbort(c0, 'c1', soon())
+    const {c, d} = await look(fleet)
+    // env1, env2 and res each report theirs (res reports both): each restart comes back once.
+    expect(d.participants.find((p) => p.server === 'res')!.status.report.restarts).toEqual(['s1', 's2-a2'])
+    const out = await preparedForCommit(c, d, {deadlineTs: soon()})
+    expect(out.checkpointId).toBe('c1')
+    expect(out.restarts).toEqual([
+      {rolloutId: 's1', attempt: 0},
+      {rolloutId: 's2', attempt: 2},
+    ])
+    expect(sent(fleet).res).toEqual(['prepare'])
+  })
+
+  it('accepts participants that already committed (a commit retried after one server failed it)', async () => {
+    const fleet = await preparedFleet('c1')
+    const {c} = await look(fleet)
+    fleet.server('agent').faults.add('commit', {type: 'status', status: 500})
+    const root = await tempDir()
+    await expect(commitAndPublish(c, {checkpointId: 'c1', root, episodes: [], restarts: [], deadlineTs: soon()})).rejects.toThrow(/agent: HTTP 500/)
+    const {c: c2, d} = await look(fleet)
+    expect(await phases(fleet)).toEqual({env: 'committed c1', policy: 'committed c1', agent: 'prepared c1', res: 'committed c1'})
+    expect((await preparedForCommit(c2, d, {deadlineTs: soon()})).checkpointId).toBe('c1')
+  })
+
+  it('no checkpoint open: fleet_state, next step prepare (with the root named again), nothing sent', async () => {
+    const fleet = await startFleet({members: FULL})
+    const {c, d} = await look(fleet)
+    const err = await caught(preparedForCommit(c, d, {deadlineTs: soon(), again: ['--root', '/ckpt']}))
+    expect(err.code).toBe('fleet_state')
+    expect(err.message).toMatch(/no participant has an open checkpoint/)
+    expect(err.message).toMatch(/nothing was sent/)
+    expect(err.next).toEqual([nextStep('prepare', ['--root', '/ckpt'])])
+    expect(sent(fleet)).toEqual({env: [], policy: [], agent: [], res: [], judge: []})
+  })
+
+  it('several checkpoints open: fleet_state naming each, a resume of each as next steps, nothing sent, phases kept', async () => {
+    const fleet = await startFleet({members: FULL})
+    for (const [n, id] of [
+      ['env', 'a'],
+      ['policy', 'b'],
+      ['agent', 'b'],
+    ])
+      expect((await control(fleet.server(n!).url, 'prepare', {checkpoint_id: id, deadline_ts: soon()})).json.phase).toBe('prepared')
+    const before = sent(fleet)
+    const {c, d} = await look(fleet)
+    const err = await caught(preparedForCommit(c, d, {deadlineTs: soon()}))
+    expect(err.code).toBe('fleet_state')
+    expect(err.message).toMatch(/participants hold different checkpoints \(a, b\)/)
+    expect(err.message).toMatch(/nothing was sent/)
+    expect(err.next).toEqual([nextStep('resume', ['--id', 'a']), nextStep('resume', ['--id', 'b'])])
+    expect(sent(fleet)).toEqual(before)
+    expect(await phases(fleet)).toEqual({env: 'prepared a', policy: 'prepared b', agent: 'prepared b', res: 'idle'})
+  })
+
+  it('a participant still preparing (one of two of its kind): fleet_state naming only it with its phase; nothing sent, the fleet stays as it was', async () => {
+    const fleet = await startFleet({
+      members: [
+        {name: 'env', kind: 'environment'},
+        {name: 'policy', kind: 'model'},
+        {name: 'res1', kind: 'resources'},
+        {name: 'res2', kind: 'resources'},
+      ],
+    })
+    fleet.server('res1').participant!.stuckBlockers = ['held-1']
+    const {c: c0} = await look(fleet)
+    // What `prepare --keep-closed` leaves after a missed deadline: every stage reached, one not ready.
+    const prep = await prepare(c0, 'c1', Date.now() / 1000 + 0.3)
+    expect(prep.prepared).toBe(false)
+    const before = sent(fleet)
+    const {c, d} = await look(fleet)
+    const err = await caught(preparedForCommit(c, d, {deadlineTs: soon()}))
+    expect(err.code).toBe('fleet_state')
+    expect(err.message).toMatch(/not prepared under 'c1': res1 \(preparing of 'c1'\); nothing was sent/)
+    expect(err.message).not.toMatch(/res2|env|policy/)
+    expect(err.next).toEqual([nextStep('resume', ['--id', 'c1'])])
+    expect(sent(fleet)).toEqual(before)
+    expect(await phases(fleet, ['env', 'policy', 'res1', 'res2'])).toEqual({env: 'prepared c1', policy: 'prepared c1', res1: 'preparing c1', res2: 'prepared c1'})
+  })
+
+  it('--id naming a checkpoint no one holds: every participant named with its phase (and the checkpoint it does hold); nothing sent', async () => {
+    const fleet = await preparedFleet('c1')
+    const before = sent(fleet)
+    const {c, d} = await look(fleet)
+    const err = await caught(preparedForCommit(c, d, {id: 'c9', deadlineTs: soon()}))
+    expect(err.code).toBe('fleet_state')
+    for (const n of PARTICIPANTS) expect(err.message).toContain(`${n} (prepared of 'c1')`)
+    expect(err.next).toEqual([nextStep('resume', ['--id', 'c9'])])
+    expect(sent(fleet)).toEqual(before)
+    expect(await phases(fleet)).toEqual({env: 'prepared c1', policy: 'prepared c1', agent: 'prepared c1', res: 'prepared c1'})
+  })
+
+  it('a member down while no one reachable holds the checkpoint: discovery error naming it, next a commit again with the root; nothing sent', async () => {
+    const fleet = await startFleet({members: FULL})
+    await fleet.server('agent').crash()
+    const {c, d} = await look(fleet)
+    const err = await caught(preparedForCommit(c, d, {id: 'c1', deadlineTs: soon(), again: ['--root', '/ckpt']}))
+    expect(err).toBeInstanceOf(CoordinationError)
+    expect(err.code).toBe('discovery')
+    expect((err as CoordinationError).operation).toBe('discover')
+    expect((err as CoordinationError).failures.map((f) => f.server)).toEqual(['agent'])
+    expect(err.message).toMatch(/nothing was sent/)
+    expect(err.next).toEqual([nextStep('commit', ['--id', 'c1', '--root', '/ckpt'])])
+    const after = sent(fleet)
+    expect({env: after.env, policy: after.policy, res: after.res}).toEqual({env: [], policy: [], res: []})
+  })
+
+  it('a holder down: the checkpoint is closed on every reachable participant, then a discovery error names it; nothing committed', async () => {
+    const fleet = await preparedFleet('c1')
+    await fleet.server('agent').crash()
+    const {c, d} = await look(fleet)
+    const err = await caught(preparedForCommit(c, d, {deadlineTs: soon()}))
+    expect(err).not.toBeInstanceOf(CoordinationError)
+    expect(err.code).toBe('discovery')
+    expect(err.details).toMatchObject({checkpoint_id: 'c1', unreachable: [{server: 'agent'}], lost: []})
+    expect((err.details as {unreachable: unknown[]}).unreachable).toHaveLength(1)
+    expect(err.message).toMatch(/^checkpoint 'c1' cannot be committed: agent is down/)
+    expect(err.message).toMatch(/nothing was committed; every reachable participant was resumed; agent reopen/)
+    expect(err.next).toEqual([nextStep('resume', ['--id', 'c1'])])
+    expect(await phases(fleet, ['env', 'policy', 'res'])).toEqual({env: 'idle', policy: 'idle', res: 'idle'})
+    for (const n of ['env', 'policy', 'res']) expect(sent(fleet)[n]).toEqual(['prepare', 'resume'])
+    // Closed for good: a late prepare of c1 is refused.
+    expect((await control(fleet.server('env').url, 'prepare', {checkpoint_id: 'c1', deadline_ts: soon()})).json.error.code).toBe('stale_checkpoint')
+  })
+
+  it('a participant restarted empty while the others hold the checkpoint: closed everywhere, then a participant error naming it', async () => {
+    const fleet = await preparedFleet('c1')
+    await restartEmpty(fleet, 'res', 'resources')
+    const {c, d} = await look(fleet)
+    expect(d.failures).toEqual([])
+    const err = await caught(preparedForCommit(c, d, {deadlineTs: soon(), again: ['--root', '/ckpt']}))
+    expect(err.code).toBe('participant')
+    expect(err.details).toEqual({checkpoint_id: 'c1', unreachable: [], lost: ['res']})
+    expect(err.message).toMatch(/^checkpoint 'c1' cannot be committed: res holds no checkpoint/)
+    expect(err.message).toMatch(/nothing was committed; the fleet was resumed \(checkpoint 'c1' is closed for good\)/)
+    // Resumed everywhere: nothing is left for the operator to run but a new checkpoint.
+    expect(err.next).toEqual([])
+    expect(await phases(fleet)).toEqual({env: 'idle', policy: 'idle', agent: 'idle', res: 'idle'})
+    expect((await control(fleet.server('res').url, 'prepare', {checkpoint_id: 'c1', deadline_ts: soon()})).json.error.code).toBe('stale_checkpoint')
+  })
+
+  it('a participant restarted empty and the close failing on another: the failing server named, next a resume of the checkpoint', async () => {
+    const fleet = await preparedFleet('c1')
+    await restartEmpty(fleet, 'agent', 'agent')
+    fleet.server('policy').faults.add('resume', {type: 'status', status: 500})
+    const {c, d} = await look(fleet)
+    const err = await caught(preparedForCommit(c, d, {deadlineTs: soon()}))
+    expect(err.code).toBe('participant')
+    expect(err.details).toEqual({checkpoint_id: 'c1', unreachable: [], lost: ['agent']})
+    expect(err.message).toMatch(/resuming 'c1' failed on policy \(HTTP 500/)
+    expect(err.next).toEqual([nextStep('resume', ['--id', 'c1'])])
+    expect(await phases(fleet)).toEqual({env: 'idle', policy: 'prepared c1', agent: 'idle', res: 'idle'})
+  })
+
+  it('a holder down and the close failing on another: both named; next a resume of the checkpoint', async () => {
+    const fleet = await preparedFleet('c1')
+    await fleet.server('agent').crash()
+    fleet.server('env').faults.add('resume', {type: 'status', status: 503})
+    const {c, d} = await look(fleet)
+    const err = await caught(preparedForCommit(c, d, {deadlineTs: soon()}))
+    expect(err.code).toBe('discovery')
+    expect(err.message).toMatch(/agent is down/)
+    expect(err.message).toMatch(/resuming 'c1' failed on env \(HTTP 503/)
+    expect(err.next).toEqual([nextStep('resume', ['--id', 'c1'])])
+    expect(await phases(fleet, ['env', 'policy', 'res'])).toEqual({env: 'prepared c1', policy: 'idle', res: 'idle'})
+  })
+
+  it('one holder down and another restarted empty: a discovery error with both in its details', async () => {
+    const fleet = await preparedFleet('c1')
+    await fleet.server('agent').crash()
+    await restartEmpty(fleet, 'res', 'resources')
+    const {c, d} = await look(fleet)
+    const err = await caught(preparedForCommit(c, d, {deadlineTs: soon()}))
+    expect(err.code).toBe('discovery')
+    expect(err.details).toMatchObject({checkpoint_id: 'c1', unreachable: [{server: 'agent'}], lost: ['res']})
+    expect(err.message).toMatch(/agent is down .*; res holds no checkpoint/)
+    expect(await phases(fleet, ['env', 'policy', 'res'])).toEqual({env: 'idle', policy: 'idle', res: 'idle'})
+  })
+})
+
+describe('resumeFleet', () => {
+  it('resumes the one active checkpoint everywhere by default, reverse order, and says how many reopened', async () => {
+    const fleet = await preparedFleet('c1')
+    const {c, d} = await look(fleet)
+    const out = await resumeFleet(c, d, {deadlineTs: soon()})
+    expect(out.error).toBeNull()
+    expect(out.checkpointId).toBe('c1')
+    expect(out.active).toEqual(['c1'])
+    expect(out.reopened).toBe(4)
+    expect(out.failures).toEqual([])
+    expect(out.unreachable).toEqual([])
+    expect([...out.replies.keys()].sort()).toEqual([...PARTICIPANTS].sort())
+    const at = (n: string) => fleet.server(n).journal.find((j) => j.route === 'resume')!.at
+    expect(['env', 'policy', 'agent', 'res'].sort((x, y) => at(x) - at(y))).toEqual(['res', 'agent', 'policy', 'env'])
+    expect(await phases(fleet)).toEqual({env: 'idle', policy: 'idle', agent: 'idle', res: 'idle'})
+  })
+
+  it('no active checkpoint and no --id: checkpointId null, nothing sent, no error', async () => {
+    const fleet = await startFleet({members: FULL})
+    const {c, d} = await look(fleet)
+    const out = await resumeFleet(c, d, {deadlineTs: soon()})
+    expect(out).toMatchObject({checkpointId: null, reopened: 0, active: [], unreachable: [], failures: [], error: null})
+    expect(out.replies.size).toBe(0)
+    expect(sent(fleet)).toEqual({env: [], policy: [], agent: [], res: [], judge: []})
+  })
+
+  it('--id that no one had open: every participant answers, none reopened, and the ID is fenced', async () => {
+    const fleet = await startFleet({members: FULL})
+    const {c, d} = await look(fleet)
+    const out = await resumeFleet(c, d, {id: 'old', deadlineTs: soon()})
+    expect(out.error).toBeNull()
+    expect(out.checkpointId).toBe('old')
+    expect(out.reopened).toBe(0)
+    expect(out.replies.size).toBe(4)
+    expect([...out.replies.values()].every((r) => r.idempotent)).toBe(true)
+    expect((await control(fleet.server('policy').url, 'prepare', {checkpoint_id: 'old', deadline_ts: soon()})).json.error.code).toBe('stale_checkpoint')
+  })
+
+  it('several active and no --id: input error with a resume of each as next steps; nothing sent', async () => {
+    const fleet = await startFleet({members: FULL})
+    await control(fleet.server('env').url, 'prepare', {checkpoint_id: 'a', deadline_ts: soon()})
+    await control(fleet.server('res').url, 'prepare', {checkpoint_id: 'b', deadline_ts: soon()})
+    const before = sent(fleet)
+    const {c, d} = await look(fleet)
+    const err = await caught(resumeFleet(c, d, {deadlineTs: soon()}))
+    expect(err.code).toBe('input')
+    expect(err.message).toMatch(/several active checkpoints \(a, b\)/)
+    expect(err.next).toEqual([nextStep('resume', ['--id', 'a']), nextStep('resume', ['--id', 'b'])])
+    expect(sent(fleet)).toEqual(before)
+    expect(await phases(fleet)).toEqual({env: 'prepared a', policy: 'idle', agent: 'idle', res: 'prepared b'})
+  })
+
+  it('--id of one of several: the others refuse with checkpoint_conflict, and the error points at the checkpoint they hold', async () => {
+    const fleet = await startFleet({members: FULL})
+    await control(fleet.server('env').url, 'prepare', {checkpoint_id: 'a', deadline_ts: soon()})
+    await control(fleet.server('res').url, 'prepare', {checkpoint_id: 'b', deadline_ts: soon()})
+    const {c, d} = await look(fleet)
+    const out = await resumeFleet(c, d, {id: 'a', deadlineTs: soon()})
+    expect(out.checkpointId).toBe('a')
+    expect(out.reopened).toBe(1)
+    expect(out.failures).toEqual([expect.objectContaining({server: 'res', status: 409, code: 'checkpoint_conflict'})])
+    expect(out.error).toBeInstanceOf(CoordinationError)
+    expect(out.error!.code).toBe('participant')
+    expect(out.error!.operation).toBe('resume')
+    expect(out.error!.message).toMatch(/res: HTTP 409 checkpoint_conflict/)
+    expect(out.error!.message).toMatch(/hold another checkpoint \(b\)/)
+    expect(out.error!.next).toEqual([nextStep('resume', ['--id', 'b'])])
+    expect(await phases(fleet)).toEqual({env: 'idle', policy: 'idle', agent: 'idle', res: 'prepared b'})
+  })
+
+  it('a conflict with a checkpoint opened after discovery (none other active then): next is a resume of the same ID', async () => {
+    const fleet = await startFleet({members: FULL})
+    await control(fleet.server('env').url, 'prepare', {checkpoint_id: 'a', deadline_ts: soon()})
+    const {c, d} = await look(fleet)
+    // Another controller gets in between the discovery and the resume.
+    await control(fleet.server('policy').url, 'prepare', {checkpoint_id: 'b', deadline_ts: soon()})
+    const out = await resumeFleet(c, d, {deadlineTs: soon()})
+    expect(out.checkpointId).toBe('a')
+    expect(out.failures.map((f) => [f.server, f.code])).toEqual([['policy', 'checkpoint_conflict']])
+    expect(out.error!.message).not.toMatch(/hold another checkpoint/)
+    expect(out.error!.next).toEqual([nextStep('resume', ['--id', 'a'])])
+  })
+
+  it('a failure that is no conflict, with another checkpoint open at discovery: the advice is to resume the same ID again', async () => {
+    const fleet = await startFleet({members: FULL})
+    await control(fleet.server('env').url, 'prepare', {checkpoint_id: 'a', deadline_ts: soon()})
+    await control(fleet.server('res').url, 'prepare', {checkpoint_id: 'b', deadline_ts: soon()})
+    const {c, d} = await look(fleet)
+    // Another controller closes b in between; env then fails for its own reason.
+    await control(fleet.server('res').url, 'resume', {checkpoint_id: 'b', deadline_ts: soon()})
+    fleet.server('env').faults.add('resume', {type: 'status', status: 500})
+    const out = await resumeFleet(c, d, {id: 'a', deadlineTs: soon()})
+    expect(out.active).toEqual(['a', 'b'])
+    expect(out.failures.map((f) => [f.server, f.status])).toEqual([['env', 500]])
+    expect(out.error!.message).not.toMatch(/hold another checkpoint/)
+    expect(out.error!.message).toMatch(/resume 'a' again/)
+    expect(out.error!.next).toEqual([nextStep('resume', ['--id', 'a'])])
+  })
+
+  it('a participant failing its resume: the others are resumed (past it, in every stage), the error names it, and resuming again finishes', async () => {
+    const fleet = await preparedFleet('c1')
+    fleet.server('agent').faults.add('resume', {type: 'status', status: 500})
+    const {c, d} = await look(fleet)
+    const out = await resumeFleet(c, d, {deadlineTs: soon()})
+    expect(out.checkpointId).toBe('c1')
+    expect(out.reopened).toBe(3)
+    expect(out.failures).toEqual([expect.objectContaining({server: 'agent', status: 500})])
+    expect(out.error).toBeInstanceOf(CoordinationError)
+    expect(out.error!.code).toBe('participant')
+    expect(out.error!.message).toMatch(/^checkpoint resume failed on 1 participant\(s\): agent: HTTP 500/)
+    expect(out.error!.message).toMatch(/resume 'c1' again/)
+    expect(out.error!.next).toEqual([nextStep('resume', ['--id', 'c1'])])
+    expect(await phases(fleet)).toEqual({env: 'idle', policy: 'idle', agent: 'prepared c1', res: 'idle'})
+    const {c: c2, d: d2} = await look(fleet)
+    const again = await resumeFleet(c2, d2, {deadlineTs: soon()})
+    expect(again).toMatchObject({checkpointId: 'c1', reopened: 1, error: null})
+    expect(await phases(fleet)).toEqual({env: 'idle', policy: 'idle', agent: 'idle', res: 'idle'})
+  })
+
+  it('a member down: every reachable one resumed, the error names the one down and when the lease runs out', async () => {
+    const fleet = await preparedFleet('c1')
+    await fleet.server('policy').crash()
+    const {c, d} = await look(fleet)
+    const lease = Math.max(...d.participants.map((p) => p.status.lease_expires_at ?? 0))
+    expect(lease).toBeGreaterThan(Date.now() / 1000)
+    const out = await resumeFleet(c, d, {deadlineTs: soon()})
+    expect(out.checkpointId).toBe('c1')
+    expect(out.reopened).toBe(3)
+    expect(out.failures).toEqual([])
+    expect(out.unreachable.map((f) => f.server)).toEqual(['policy'])
+    expect(out.error).toBeInstanceOf(CoordinationError)
+    expect(out.error!.code).toBe('discovery')
+    expect(out.error!.failures.map((f) => f.server)).toEqual(['policy'])
+    expect(out.error!.message).toContain(`every reachable participant was resumed under 'c1'`)
+    expect(out.error!.message).toContain(new Date(lease * 1000).toISOString())
+    expect(out.error!.next).toEqual([nextStep('resume', ['--id', 'c1'])])
+    expect(await phases(fleet, ['env', 'agent', 'res'])).toEqual({env: 'idle', agent: 'idle', res: 'idle'})
+  })
+
+  it('the policy model gone from the checkpoint (its server restarted without checkpoint routes): not a member down; the others are resumed, no error', async () => {
+    const fleet = await preparedFleet('c1')
+    await restartEmpty(fleet, 'policy', 'none')
+    const {c, d} = await look(fleet)
+    expect(d.failures.map((f) => f.code)).toEqual(['no_model'])
+    const out = await resumeFleet(c, d, {deadlineTs: soon()})
+    expect(out).toMatchObject({checkpointId: 'c1', reopened: 3, unreachable: [], failures: [], error: null})
+    expect(await phases(fleet, ['env', 'agent', 'res'])).toEqual({env: 'idle', agent: 'idle', res: 'idle'})
+  })
+
+  it('a member down and nothing active: nothing sent, the error names it with no resume to suggest', async () => {
+    const fleet = await startFleet({members: FULL})
+    await fleet.server('res').crash()
+    const {c, d} = await look(fleet)
+    const out = await resumeFleet(c, d, {deadlineTs: soon()})
+    expect(out.checkpointId).toBeNull()
+    expect(out.replies.size).toBe(0)
+    expect(out.error!.code).toBe('discovery')
+    expect(out.error!.failures.map((f) => f.server)).toEqual(['res'])
+    expect(out.error!.next).toEqual([])
+    expect(sent(fleet)).toMatchObject({env: [], policy: [], agent: []})
+  })
+})
