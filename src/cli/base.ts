@@ -12,7 +12,7 @@ import {EXIT, ExitName, exitCodesHelp} from './exit-codes.js'
 import {seconds} from './flags.js'
 import {DEFAULT_TOKEN_ENV, readToken} from './inputs.js'
 import {FleetFlagValues, renderNext} from './next.js'
-import {warnings} from './output.js'
+import {timingsJson, timingsTable, warnings} from './output.js'
 import {JSON_SCHEMA_VERSION} from './json-version.js'
 import type {Settings, SettingsInput} from './config.js'
 
@@ -153,6 +153,9 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
       name = 'internal'
     }
     if (Object.keys(this.failureContext).length) details = {...(details as object | undefined), ...this.failureContext}
+    // A failed operation that timed its calls shows them, as a successful one does.
+    const timings = err instanceof ControllerError ? err.timings : null
+    if (timings) details = {...(details as object | undefined), timings: timingsJson(timings)}
     process.exitCode = code
     err.message = oneLine(err.message)
     const next = err instanceof ControllerError ? err.next.map((s) => this.nextLine(s)) : []
@@ -164,6 +167,7 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
         error: {code: name, exit_code: code, message: err.message, ...(details === undefined ? {} : {details}), ...(next.length ? {next} : {})},
       })
     } else {
+      if (timings) process.stderr.write(`${timingsTable(timings)}\n`)
       process.stderr.write(`${color.red('error:')} ${err.message}\n`)
       for (const n of next) process.stderr.write(`next: ${n}\n`)
       if (code === EXIT.internal && err.stack) process.stderr.write(`${err.stack}\n`)

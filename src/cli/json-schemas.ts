@@ -144,7 +144,9 @@ export const COMMAND_FIELDS = {
       restore_id: z.string(),
       resumed: z.boolean(),
       ...restorePlanFields,
-      restored: z.record(z.string(), z.array(z.string())).describe('per server, the capture keys it restored'),
+      restored: z
+        .array(z.strictObject({server: z.string(), kind: z.string(), instance: z.string(), restored: z.array(z.string())}))
+        .describe('per participant, in Gym order: the capture keys it restored (each continued episode at attempt + 1), as it replied'),
       timings: timings(),
       next: next(),
     }),
@@ -321,6 +323,49 @@ export function successSchema(command: CommandName): z.ZodType {
   return z.strictObject({...envelope, ...f})
 }
 
+// ---------------------------------------------------------------- errors
+
+const Failure = z.strictObject({
+  server: z.string(),
+  status: int().nullable().describe('HTTP status; null when no reply came'),
+  code: z.string().nullable().describe("the participant's error code, validation_error, timeout, connection"),
+  message: z.string(),
+})
+const failureFields = {
+  operation: z.string().describe('the fan-out that failed: discover, prepare, commit, restore, resume, retire, forget, renew'),
+  failures: z.array(Failure).describe('each server that failed, sorted by name'),
+}
+const Busy = z.strictObject({server: z.string(), reasons: z.array(z.string())})
+/** One shape of an error's details; `timings` wherever an operation that times its calls failed. */
+const details = (shape: z.ZodRawShape, what: string) => z.strictObject({...shape, timings: timings().optional()}).describe(what)
+const documentOf = (fields: z.ZodRawShape | z.ZodType, what: string) => (fields instanceof z.ZodType ? fields : z.strictObject(fields)).describe(what)
+
+/** The `details` of every error that has them, one shape per kind of failure (README: "Error details"). */
+export const ERROR_DETAILS = [
+  details(failureFields, 'a fan-out failed on some participants (participant, discovery, unauthorized)'),
+  details({...failureFields, participants: COMMAND_FIELDS.status.participants}, 'status: a server failed its probe; the statuses that were read'),
+  details(
+    {dry_run: z.literal(true), valid: z.literal(false), ...restorePlanFields, operation: failureFields.operation.optional(), failures: failureFields.failures.optional()},
+    'restore --dry-run: the restore would be refused; its plan (and the failures, when a participant did not answer)',
+  ),
+  details({busy: z.array(Busy)}, 'restore, or conformance --destructive, refused: participants that are not freshly started'),
+  details({checkpoint_dir: z.string(), problems: z.array(Problem)}, 'a checkpoint fails verification: restore refused it, or commit did not publish it'),
+  details({restore_id: z.string()}, 'the restore succeeded everywhere, but resuming it failed: resume with this ID'),
+  details({checkpoint_id: z.string(), unreachable: z.array(Unreachable), lost: z.array(z.string())}, 'commit: the prepared checkpoint can never be committed (a member down, or restarted empty)'),
+  details(
+    {checkpoint_id: z.string(), blockers: z.array(z.strictObject({server: z.string(), blockers: z.array(z.string()), blocker_count: count()})), not_reached: z.array(z.string())},
+    'prepare missed its deadline: the blockers of each server that was not ready, and the stages never reached',
+  ),
+  details({open: z.array(z.strictObject({checkpoint_id: z.string(), participants: z.array(z.string())}))}, 'prepare refused: another checkpoint is open on these participants'),
+  details({checkpoint_id: z.string(), checkpoint_dir: z.string(), published: z.boolean()}, 'interrupted after the checkpoint was published'),
+  details({}, 'any other failure (interrupted, a refused call) of an operation that had made timed calls: only `timings`'),
+  documentOf(COMMAND_FIELDS.verify, "verify found the checkpoint invalid: verify's document"),
+  documentOf(COMMAND_FIELDS.describe, "describe --verify found it invalid: describe's document"),
+  documentOf(COMMAND_FIELDS.conformance.options[1], "a conformance check failed, or the run was interrupted: conformance's document"),
+  documentOf(COMMAND_FIELDS.collect, "collect stopped (preempted, interrupted) or rows failed: collect's document"),
+  ...COMMAND_FIELDS.demo.options.map((o, i) => documentOf(o, `the demo${i ? "'s collect scenario" : ''} failed: its document`)),
+] as const
+
 /** Every command's failure document. `details` differ per error and are snake_case objects. */
 export const ErrorJson = z.strictObject({
   ok: z.literal(false),
@@ -330,7 +375,7 @@ export const ErrorJson = z.strictObject({
     code: z.enum(Object.keys(EXIT).filter((k) => k !== 'ok') as [string, ...string[]]),
     exit_code: int(),
     message: z.string(),
-    details: z.unknown().optional(),
+    details: z.union(ERROR_DETAILS).optional(),
     next: z.array(z.string()).optional(),
   }),
 })
@@ -391,6 +436,19 @@ export function renderJsonDocs(): string {
         out.push(`  - ${tag}:`, ...fieldLines(v.shape).map((l) => `  ${l}`))
       }
     } else out.push(`- \`${name}\`:`, ...fieldLines(f))
+  }
+  out.push(
+    '',
+    "An error's `details`, when it has them, is one of the shapes below. Each shape that is not a command's document may also have `timings` (as in `commit`): each participant's call times up to the failure, when the failed operation had made timed calls.",
+    '',
+  )
+  for (const d of ERROR_DETAILS) {
+    const doc = d.description!
+    if (doc.endsWith('document')) out.push(`- ${doc}`)
+    else {
+      const fields = fieldLines(Object.fromEntries(Object.entries((d as z.ZodObject).shape).filter(([k]) => k !== 'timings')))
+      out.push(fields.length ? `- ${doc}:` : `- ${doc}`, ...fields)
+    }
   }
   return out.join('\n')
 }

@@ -53,16 +53,7 @@ run; it passes when the output, sorted by rollout ID, equals an uninterrupted ru
       this.log(`checkpoint: ${r.checkpointDir}`)
       this.log(`verify it:  gymckpt verify ${r.root}`)
     }
-    if (!r.ok)
-      throw new ControllerError(
-        'participant',
-        `demo failed: ${r.mismatches.length} result(s) differ from the uninterrupted run: ${r.mismatches
-          .slice(0, 5)
-          .map((m) => m.rolloutId)
-          .join(', ')}`,
-        {checkpoint_dir: r.checkpointDir, mismatches: mismatchesJson(r.mismatches)},
-      )
-    return {
+    const json = {
       passed: r.ok,
       episodes: r.episodes,
       checkpoint_id: r.checkpointId,
@@ -75,6 +66,16 @@ run; it passes when the output, sorted by rollout ID, equals an uninterrupted ru
       mismatches: mismatchesJson(r.mismatches),
       timings_ms: snakeKeys(r.timingsMs),
     }
+    if (!r.ok)
+      throw new ControllerError(
+        'participant',
+        `demo failed: ${r.mismatches.length} result(s) differ from the uninterrupted run: ${r.mismatches
+          .slice(0, 5)
+          .map((m) => m.rolloutId)
+          .join(', ')}`,
+        json,
+      )
+    return json
   }
 
   private async collect() {
@@ -96,19 +97,7 @@ run; it passes when the output, sorted by rollout ID, equals an uninterrupted ru
       this.log(`results:    ${r.output}`)
       this.log(`root:       ${r.root}`)
     }
-    if (!r.ok) {
-      throw new ControllerError(
-        'participant',
-        `demo failed: ${bad} row(s) differ from the uninterrupted run: lost ${r.missing.slice(0, 5).join(', ') || 'none'}; duplicated ${r.duplicated.slice(0, 5).join(', ') || 'none'}; different ${
-          r.mismatches
-            .slice(0, 5)
-            .map((m) => m.rolloutId)
-            .join(', ') || 'none'
-        }`,
-        {root: r.root, output: r.output, missing: r.missing, duplicated: r.duplicated, mismatches: mismatchesJson(r.mismatches)},
-      )
-    }
-    return {
+    const json = {
       passed: r.ok,
       scenario: 'collect' as const,
       rows: r.rows,
@@ -125,6 +114,19 @@ run; it passes when the output, sorted by rollout ID, equals an uninterrupted ru
       mismatches: mismatchesJson(r.mismatches),
       timings_ms: snakeKeys(r.timingsMs),
     }
+    if (!r.ok) {
+      throw new ControllerError(
+        'participant',
+        `demo failed: ${bad} row(s) differ from the uninterrupted run: lost ${r.missing.slice(0, 5).join(', ') || 'none'}; duplicated ${r.duplicated.slice(0, 5).join(', ') || 'none'}; different ${
+          r.mismatches
+            .slice(0, 5)
+            .map((m) => m.rolloutId)
+            .join(', ') || 'none'
+        }`,
+        json,
+      )
+    }
+    return json
   }
 }
 

@@ -40,6 +40,8 @@ e.g. policy_model:commit:status:500 or weather_env:prepare:hang.\n\n${exitCodesH
     // SIGINT/SIGTERM handled from the start: one that comes while the fleet starts stops it cleanly too.
     const signal = this.signal
     const members = this.flags.member?.length ? this.flags.member : DEFAULT_FLEET
+    const twice = members.find((m, i) => members.findIndex((x) => x.name === m.name) !== i)
+    if (twice) throw new ControllerError('input', `--member ${twice.name}: named twice; every member needs its own name`)
     const token = await readToken({tokenEnv: this.flags['token-env'], tokenFile: this.flags['token-file']})
     const fleet = await Fleet.start({token, members, head: true})
     try {

@@ -72,7 +72,15 @@ Progress (each phase's stage, the servers still pending, the time left to the de
       note(timingsTable(r.timings))
       note(r.resumed ? `restored '${r.checkpointId}' and resumed the fleet` : `restored '${r.checkpointId}'; the fleet is closed until you resume it: ${next[0]}`)
     }
-    return {dry_run: false, restore_id: r.restoreId, resumed: r.resumed, ...planJson(r), restored: r.restoredByServer, timings: timingsJson(r.timings), next}
+    return {
+      dry_run: false,
+      restore_id: r.restoreId,
+      resumed: r.resumed,
+      ...planJson(r),
+      restored: r.participants.map((p) => ({server: p.server, kind: p.kind, instance: p.instance, restored: r.restoredByServer[p.server] ?? []})),
+      timings: timingsJson(r.timings),
+      next,
+    }
   }
 
   private render(plan: RestorePlan, dryRun: boolean): void {

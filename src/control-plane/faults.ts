@@ -1,3 +1,5 @@
+import {OPERATIONS} from '../protocol/wire.js'
+
 /**
  * Fault injection for the participant double. A fault applies to one route (`status`, an
  * operation name, `run`, or `*` for every route) for a number of requests.
@@ -17,6 +19,9 @@ export interface FaultRule {
   /** How many requests it applies to; Infinity for all. */
   times: number
 }
+
+/** The routes a fault can aim at: the control routes, the data plane's /run and step calls, or all. */
+export const FAULT_ROUTES: readonly string[] = ['status', ...OPERATIONS, 'run', 'data', '*']
 
 export class Faults {
   private rules: FaultRule[] = []
@@ -42,10 +47,15 @@ export class Faults {
     const m = /^([a-z*]+):(status|hang|delay|drop|drop-after)(?::(\d+))?(?:x(\d+|inf))?$/.exec(spec)
     if (!m) throw new Error(`invalid fault '${spec}': expected ROUTE:TYPE[:ARG][xN], e.g. commit:status:500 or prepare:hangx2`)
     const [, route, type, arg, times] = m
+    if (!FAULT_ROUTES.includes(route!)) throw new Error(`invalid fault '${spec}': no route '${route}'; one of ${FAULT_ROUTES.join(', ')}`)
     const n = times === undefined ? 1 : times === 'inf' ? Infinity : Number(times)
     let fault: Fault
-    if (type === 'status') fault = {type, status: Number(arg ?? 500)}
-    else if (type === 'delay') fault = {type, ms: Number(arg ?? 1000)}
+    if (type === 'status') {
+      const status = Number(arg ?? 500)
+      // What node:http can send; anything else would throw inside the server on the first request.
+      if (status < 100 || status > 599) throw new Error(`invalid fault '${spec}': HTTP status ${status} is not 100 to 599`)
+      fault = {type, status}
+    } else if (type === 'delay') fault = {type, ms: Number(arg ?? 1000)}
     else fault = {type: type as 'hang' | 'drop' | 'drop-after'}
     return {route: route!, fault, times: n}
   }

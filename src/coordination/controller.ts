@@ -6,7 +6,7 @@ import {CommitReply, Operation, StatusReply} from '../protocol/wire.js'
 import {CheckpointStateError} from '../storage/errors.js'
 import {writeCollectionManifest} from '../storage/collector.js'
 import {probeWritableDir} from '../storage/fsutil.js'
-import {verifyCheckpoint} from '../storage/verify.js'
+import {VerifyProblem, verifyCheckpoint} from '../storage/verify.js'
 import {ControllerManifest, FORMAT_VERSION, describeFsError, publishLatest, writeControllerManifest} from '../storage/root.js'
 import {ControllerError, CoordinationError, NextStep, ParticipantFailure, failureMessage, nextStep} from './errors.js'
 import {Coordinator, PrepareResult, StageResult, continuedOf, commit, prepare, renew, restartsOf, resume, resumeAll, statusAll} from './operations.js'
@@ -50,6 +50,25 @@ export class CallTimer {
         outer?.(e)
       },
     }
+  }
+
+  /**
+   * Runs `fn`; a ControllerError it throws carries the timings so far, so a failed operation still
+   * shows which participant answered and how long the others took. Nested operations each set them;
+   * the outermost timer, which hears every call, sets them last.
+   */
+  async timed<T>(participants: Participant[], fn: () => Promise<T>): Promise<T> {
+    try {
+      return await fn()
+    } catch (err) {
+      if (err instanceof ControllerError) err.timings = this.tableIfTimed(participants)
+      throw err
+    }
+  }
+
+  /** The table, or null when no timed call (prepare, commit, restore, resume) was made. */
+  tableIfTimed(participants: Participant[]): ParticipantTiming[] | null {
+    return [...this.ms.values()].some((t) => Object.keys(TIMED).some((op) => op in t)) ? this.table(participants) : null
   }
 
   /** One row per participant, in the coordinator's order; sizes from the commit or restore. */
@@ -149,10 +168,17 @@ export async function preparedForCommit(
   opts: {id?: string; deadlineTs: number; log?: Log; again?: string[]},
 ): Promise<{checkpointId: string; restarts: EpisodeId[]}> {
   const id = checkpointToCommit(discovery.participants, opts.id, opts.again ?? [])
-  const down = discovery.failures.filter((f) => f.code !== 'no_model')
+  // A fleet without its policy model (no_model: it came back without checkpoint routes) is down
+  // too: committing without it would publish a checkpoint that cannot restore the model.
+  const down = discovery.failures
   const holders = discovery.participants.filter((p) => p.status.checkpoint_id === id)
   const lost = discovery.participants.filter((p) => p.status.checkpoint_id === null)
-  if (holders.length && (down.length || lost.length)) {
+  const isPrepared = (p: DiscoveredParticipant) => p.status.checkpoint_id === id && (p.status.phase === 'prepared' || p.status.phase === 'committed')
+  // A prepare that never finished (left closed for inspection: a holder still preparing, later
+  // stages never reached) is refused below as not prepared, and left as it is: the participants
+  // without the checkpoint were never asked, not restarted.
+  const finished = holders.every(isPrepared)
+  if (holders.length && finished && (down.length || lost.length)) {
     const closed = await closeCheckpoint(c, id, opts.deadlineTs, opts.log)
     const after = afterClose(id, closed)
     const why = [...down.map((f) => `${f.server} is down (${failureMessage(f)})`), ...lost.map((p) => `${p.server} holds no checkpoint (restarted, or its lease expired)`)].join('; ')
@@ -163,11 +189,11 @@ export async function preparedForCommit(
     throw new ControllerError(
       down.length ? 'discovery' : 'participant',
       `checkpoint '${id}' cannot be committed: ${why}; nothing was committed; ${state}. Checkpoint again (a new ID) once every server is back.`,
-      {checkpoint_id: id, unreachable: down, lost: lost.map((p) => p.server)},
+      {checkpoint_id: id, unreachable: down.map((f) => ({server: f.server, message: failureMessage(f)})), lost: lost.map((p) => p.server)},
     ).withNext(...(down.length ? [nextStep('resume', ['--id', id])] : after.next))
   }
   if (down.length) throw new CoordinationError('discover', down, 'every participant must answer before a commit; nothing was sent').withNext(nextStep('commit', ['--id', id, ...(opts.again ?? [])]))
-  const notPrepared = discovery.participants.filter((p) => p.status.checkpoint_id !== id || (p.status.phase !== 'prepared' && p.status.phase !== 'committed'))
+  const notPrepared = discovery.participants.filter((p) => !isPrepared(p))
   if (notPrepared.length) {
     throw new ControllerError(
       'fleet_state',
@@ -219,12 +245,14 @@ export async function resumeFleet(c: Coordinator, discovery: Discovery, opts: {i
   if (id && result.failures.length) {
     const others = active.filter((k) => k !== id)
     const conflict = result.failures.some((f) => f.code === 'checkpoint_conflict')
+    // Members that were down are named too: they are as closed as the ones that failed.
+    const alsoDown = down.length ? `; down, reopening when their lease expires: ${down.map((f) => `${f.server} (${failureMessage(f)})`).join(', ')}` : ''
     const error = new CoordinationError(
       'resume',
-      result.failures,
-      conflict && others.length
+      [...result.failures, ...down],
+      (conflict && others.length
         ? `those participants hold another checkpoint (${others.join(', ')}); resume that one if no controller is still working on it`
-        : `the other participants were resumed; resume '${id}' again`,
+        : `the other participants were resumed; resume '${id}' again`) + alsoDown,
     ).withNext(...(conflict && others.length ? others.map((k) => nextStep('resume', ['--id', k])) : [nextStep('resume', ['--id', id])]))
     return {...outcome, error}
   }
@@ -255,7 +283,7 @@ export async function preparePreflight(c: Coordinator, id: string): Promise<void
   throw new ControllerError(
     'fleet_state',
     `another checkpoint is open: ${list}; nothing was sent. Finish it first: commit it (gymckpt commit --id ID --root ROOT) or resume it, unless another controller is still working on it.`,
-    {open: Object.fromEntries(open)},
+    {open: [...open].map(([id, participants]) => ({checkpoint_id: id, participants}))},
   ).withNext(...[...open.keys()].map((k) => nextStep('resume', ['--id', k])))
 }
 
@@ -281,7 +309,7 @@ export async function prepareOrAbort(c: Coordinator, id: string, deadlineTs: num
   const list = Object.entries(blockers)
     .map(([s, b]) => `${s}: ${b.blockerCount} (${b.blockers.slice(0, 5).join(', ')}${b.blockerCount > 5 ? ', …' : ''})`)
     .join('; ')
-  const details = {checkpoint_id: id, blockers: Object.fromEntries(Object.entries(blockers).map(([s, b]) => [s, {blockers: b.blockers, blocker_count: b.blockerCount}])), not_reached: prep.notReached}
+  const details = {checkpoint_id: id, blockers: Object.entries(blockers).map(([server, b]) => ({server, blockers: b.blockers, blocker_count: b.blockerCount})), not_reached: prep.notReached}
   if (opts.keepClosed) {
     throw new ControllerError(
       'not_prepared',
@@ -350,88 +378,93 @@ export async function checkRoot(root: string): Promise<string> {
 export async function commitAndPublish(c: Coordinator, plan: CommitPlan): Promise<CommitOutcome> {
   const timer = new CallTimer()
   c = timer.wrap(c)
-  const checkpointDir = path.join(path.resolve(plan.root), plan.checkpointId)
-  try {
-    await mkdir(checkpointDir, {recursive: true})
-  } catch (err) {
-    throw new ControllerError('invalid_checkpoint', `cannot create checkpoint directory ${checkpointDir}: ${describeFsError(err)}`)
-  }
-  const scope = plan.episodes ? continuedOf(plan.episodes, plan.restarts) : null
-  const replies = await commit(c, plan.checkpointId, checkpointDir, scope, plan.deadlineTs)
-  const committed = new Set<string>()
-  for (const [server, r] of replies) {
-    for (const k of r.episode_ids) {
-      // A key from a participant is untrusted input: it must decode as a capture key.
-      try {
-        fromCaptureKey(k)
-      } catch (err) {
-        throw new CoordinationError('commit', [{server, status: 200, code: 'bad_reply', message: `commit reply names episode ${quoteInput(k)}, which is no capture key: ${(err as Error).message}`}])
+  return timer.timed(c.participants, async () => {
+    const checkpointDir = path.join(path.resolve(plan.root), plan.checkpointId)
+    try {
+      await mkdir(checkpointDir, {recursive: true})
+    } catch (err) {
+      throw new ControllerError('invalid_checkpoint', `cannot create checkpoint directory ${checkpointDir}: ${describeFsError(err)}`)
+    }
+    const scope = plan.episodes ? continuedOf(plan.episodes, plan.restarts) : null
+    const replies = await commit(c, plan.checkpointId, checkpointDir, scope, plan.deadlineTs)
+    const committed = new Set<string>()
+    for (const [server, r] of replies) {
+      for (const k of r.episode_ids) {
+        // A key from a participant is untrusted input: it must decode as a capture key.
+        try {
+          fromCaptureKey(k)
+        } catch (err) {
+          throw new CoordinationError('commit', [{server, status: 200, code: 'bad_reply', message: `commit reply names episode ${quoteInput(k)}, which is no capture key: ${(err as Error).message}`}])
+        }
+        committed.add(k)
       }
-      committed.add(k)
     }
-  }
-  const restartKeys = new Set(plan.restarts.map(captureKey))
-  const awaitedRuns = plan.tracker ? await plan.tracker.waitForReplies(new Set([...committed, ...restartKeys]), plan.deadlineTs * 1000, c.signal) : []
-  // A /run that replied after prepare is done, not continued: the rollout set is built after it,
-  // from the candidates still open now. That drops the awaited replies, and also a reply that
-  // arrived during the commit fan-out (before the wait began), or a /run refused with
-  // admission_closed (it never ran): neither may be restored and run again.
-  const open = plan.tracker ? new Set(plan.tracker.candidates().map(captureKey)) : null
-  const continued = (scope ?? [...committed].sort().map(fromCaptureKey)).filter((e) => open === null || open.has(captureKey(e)))
-  const restarted = plan.episodes ? plan.episodes.filter((e) => restartKeys.has(captureKey(e))) : plan.restarts
-  const publish = plan.publish ?? true
-  let verified: {kind: string; instance: string; bytes: number}[] = []
-  if (publish) {
-    const manifest: ControllerManifest = {
-      format_version: FORMAT_VERSION,
-      checkpoint_id: plan.checkpointId,
-      created_at: Date.now() / 1000,
-      continued: continued.map(toWire),
-      restarted: restarted.map(toWire),
-      participants: c.participants.map((p) => {
-        const r = replies.get(p.server)!
-        return {server: p.server, kind: p.kind, instance: p.instance, manifest: r.manifest, episode_ids: r.episode_ids}
-      }),
-    }
-    if (plan.controllerState) manifest.controller_state = plan.controllerState()
-    try {
-      await writeControllerManifest(checkpointDir, manifest)
-    } catch (err) {
-      if (err instanceof CheckpointStateError) throw new ControllerError('invalid_checkpoint', err.message)
-      throw new ControllerError('invalid_checkpoint', `cannot write the controller manifest of ${checkpointDir}: ${describeFsError(err)}; LATEST was not moved`)
-    }
-    if (plan.collectionRunId) {
-      await writeCollectionManifest(checkpointDir, {
+    const restartKeys = new Set(plan.restarts.map(captureKey))
+    const awaitedRuns = plan.tracker ? await plan.tracker.waitForReplies(new Set([...committed, ...restartKeys]), plan.deadlineTs * 1000, c.signal) : []
+    // A /run that replied after prepare is done, not continued: the rollout set is built after it,
+    // from the candidates still open now. That drops the awaited replies, and also a reply that
+    // arrived during the commit fan-out (before the wait began), or a /run refused with
+    // admission_closed (it never ran): neither may be restored and run again.
+    const open = plan.tracker ? new Set(plan.tracker.candidates().map(captureKey)) : null
+    const continued = (scope ?? [...committed].sort().map(fromCaptureKey)).filter((e) => open === null || open.has(captureKey(e)))
+    const restarted = plan.episodes ? plan.episodes.filter((e) => restartKeys.has(captureKey(e))) : plan.restarts
+    const publish = plan.publish ?? true
+    let verified: {kind: string; instance: string; bytes: number}[] = []
+    if (publish) {
+      const manifest: ControllerManifest = {
+        format_version: FORMAT_VERSION,
         checkpoint_id: plan.checkpointId,
-        run_id: plan.collectionRunId,
-        created_at: manifest.created_at,
-        continued: manifest.continued,
-        restarted: manifest.restarted,
-      }).catch((err: unknown) => {
-        throw new ControllerError('invalid_checkpoint', `cannot write ${path.join(checkpointDir, 'collection.json')}: ${describeFsError(err)}; LATEST was not moved`)
+        created_at: Date.now() / 1000,
+        continued: continued.map(toWire),
+        restarted: restarted.map(toWire),
+        participants: c.participants.map((p) => {
+          const r = replies.get(p.server)!
+          return {server: p.server, kind: p.kind, instance: p.instance, manifest: r.manifest, episode_ids: r.episode_ids}
+        }),
+      }
+      if (plan.controllerState) manifest.controller_state = plan.controllerState()
+      try {
+        await writeControllerManifest(checkpointDir, manifest)
+      } catch (err) {
+        if (err instanceof CheckpointStateError) throw new ControllerError('invalid_checkpoint', err.message)
+        throw new ControllerError('invalid_checkpoint', `cannot write the controller manifest of ${checkpointDir}: ${describeFsError(err)}; LATEST was not moved`)
+      }
+      if (plan.collectionRunId) {
+        await writeCollectionManifest(checkpointDir, {
+          checkpoint_id: plan.checkpointId,
+          run_id: plan.collectionRunId,
+          created_at: manifest.created_at,
+          continued: manifest.continued,
+          restarted: manifest.restarted,
+        }).catch((err: unknown) => {
+          throw new ControllerError('invalid_checkpoint', `cannot write ${path.join(checkpointDir, 'collection.json')}: ${describeFsError(err)}; LATEST was not moved`)
+        })
+      }
+      // The publish gate: LATEST moves only to a checkpoint that passes what restore checks.
+      const verify = await verifyCheckpoint(checkpointDir, {expect: c.participants.map((p) => ({kind: p.kind, instance: p.instance, server: p.server}))}).catch((err: unknown) => {
+        if (err instanceof CheckpointStateError) return err
+        throw err
       })
+      const errors: VerifyProblem[] =
+        verify instanceof CheckpointStateError ? [{severity: 'error', where: checkpointDir, message: verify.message}] : verify.problems.filter((p) => p.severity === 'error')
+      if (!(verify instanceof CheckpointStateError)) verified = verify.participants
+      if (errors.length) {
+        // The same details as a restore refusing a checkpoint that fails verification.
+        throw new ControllerError(
+          'invalid_checkpoint',
+          `checkpoint ${checkpointDir} was committed but does not verify, so it was not published (LATEST is unchanged): ${errors.map((p) => `${p.where}: ${p.message}`).join('; ')}`,
+          {checkpoint_dir: checkpointDir, problems: errors},
+        )
+      }
+      try {
+        await publishLatest(path.resolve(plan.root), plan.checkpointId)
+      } catch (err) {
+        throw new ControllerError('invalid_checkpoint', `cannot publish ${checkpointDir}: replacing ${path.join(path.resolve(plan.root), 'LATEST')} failed: ${describeFsError(err)}`)
+      }
     }
-    // The publish gate: LATEST moves only to a checkpoint that passes what restore checks.
-    const verify = await verifyCheckpoint(checkpointDir, {expect: c.participants.map((p) => ({kind: p.kind, instance: p.instance, server: p.server}))}).catch((err: unknown) => {
-      if (err instanceof CheckpointStateError) return err
-      throw err
-    })
-    const errors = verify instanceof CheckpointStateError ? [verify.message] : verify.problems.filter((p) => p.severity === 'error').map((p) => `${p.where}: ${p.message}`)
-    if (!(verify instanceof CheckpointStateError)) verified = verify.participants
-    if (errors.length) {
-      throw new ControllerError('invalid_checkpoint', `checkpoint ${checkpointDir} was committed but does not verify, so it was not published (LATEST is unchanged): ${errors.join('; ')}`, {
-        checkpoint_dir: checkpointDir,
-        problems: errors,
-      })
-    }
-    try {
-      await publishLatest(path.resolve(plan.root), plan.checkpointId)
-    } catch (err) {
-      throw new ControllerError('invalid_checkpoint', `cannot publish ${checkpointDir}: replacing ${path.join(path.resolve(plan.root), 'LATEST')} failed: ${describeFsError(err)}`)
-    }
-  }
-  const timings = timer.table(c.participants, await committedSizes(checkpointDir, replies, verified))
-  return {checkpointId: plan.checkpointId, checkpointDir, continued, restarted, replies, awaitedRuns, published: publish, timings}
+    const timings = timer.table(c.participants, await committedSizes(checkpointDir, replies, verified))
+    return {checkpointId: plan.checkpointId, checkpointDir, continued, restarted, replies, awaitedRuns, published: publish, timings}
+  })
 }
 
 /** Records and bytes per committing server: bytes from the publish gate's verify, else a stat of the records file. */
@@ -490,61 +523,63 @@ export async function checkpoint(c: Coordinator, opts: CheckpointOptions): Promi
   const phase = opts.onPhase ?? (() => {})
   const timer = new CallTimer()
   c = timer.wrap(c)
-  await checkRoot(opts.root)
-  phase('prepare', 'start')
-  // prepareOrAbort resumes by itself when prepare does not succeed.
-  const prep = await prepareOrAbort(c, id, deadlineTs, {keepClosed: opts.keepClosedOnBlockers, log}).catch((err: unknown) => {
-    phase('prepare', 'failed')
-    throw err
+  return timer.timed(c.participants, async () => {
+    await checkRoot(opts.root)
+    phase('prepare', 'start')
+    // prepareOrAbort resumes by itself when prepare does not succeed.
+    const prep = await prepareOrAbort(c, id, deadlineTs, {keepClosed: opts.keepClosedOnBlockers, log}).catch((err: unknown) => {
+      phase('prepare', 'failed')
+      throw err
+    })
+    phase('prepare', 'done')
+    const keeper = new LeaseKeeper(c, id, opts.renewEveryMs ?? 60_000, timeoutS, log).start()
+    let outcome: CommitOutcome | undefined
+    let error: unknown
+    try {
+      phase('commit', 'start')
+      const episodes = opts.episodes !== undefined ? opts.episodes : opts.tracker ? opts.tracker.candidates() : null
+      outcome = await commitAndPublish(c, {
+        checkpointId: id,
+        root: opts.root,
+        episodes,
+        restarts: prep.restarts(),
+        deadlineTs,
+        tracker: opts.tracker,
+        controllerState: opts.controllerState,
+        collectionRunId: opts.collectionRunId,
+      })
+      phase('commit', 'done')
+    } catch (err) {
+      phase('commit', 'failed')
+      error = err
+    }
+    await keeper.stop()
+    // Whatever happened after prepare (a failure, SIGINT, SIGTERM), every participant is resumed.
+    phase('resume', 'start')
+    const closed = await closeCheckpoint(c, id, Date.now() / 1000 + timeoutS, log)
+    phase('resume', closed.resumed ? 'done' : 'failed')
+    const after = afterClose(id, closed)
+    if (error !== undefined || !outcome) {
+      if (c.signal?.aborted) throw new ControllerError('interrupted', `interrupted during checkpoint '${id}'; nothing was published; ${after.text}`).withNext(...after.next)
+      if (error instanceof CoordinationError)
+        throw new CoordinationError(error.operation, error.failures, `nothing was published; ${after.text}; checkpoint again (under a new ID)`).withNext(...after.next)
+      if (error instanceof ControllerError) throw new ControllerError(error.code, `${error.message}; ${after.text}`, error.details).withNext(...after.next)
+      throw error
+    }
+    if (!closed.resumed) {
+      const err = new CoordinationError('resume', closed.failures, `checkpoint '${id}' was committed and published, but ${after.text}`).withNext(...after.next)
+      err.published = {checkpointId: id, checkpointDir: outcome.checkpointDir}
+      throw err
+    }
+    // A signal that came while the fleet was being resumed: the checkpoint stands, and the caller
+    // still learns it was interrupted (exit 130), as for any other phase.
+    if (c.signal?.aborted)
+      throw new ControllerError('interrupted', `interrupted after checkpoint '${id}' was published; the fleet was resumed`, {
+        checkpoint_id: id,
+        checkpoint_dir: outcome.checkpointDir,
+        published: outcome.published,
+      })
+    const sizes = new Map(outcome.timings.map((t) => [t.server, {records: t.records, bytes: t.bytes}]))
+    return {...outcome, prepare: prep, timings: timer.table(c.participants, sizes)}
   })
-  phase('prepare', 'done')
-  const keeper = new LeaseKeeper(c, id, opts.renewEveryMs ?? 60_000, timeoutS, log).start()
-  let outcome: CommitOutcome | undefined
-  let error: unknown
-  try {
-    phase('commit', 'start')
-    const episodes = opts.episodes !== undefined ? opts.episodes : opts.tracker ? opts.tracker.candidates() : null
-    outcome = await commitAndPublish(c, {
-      checkpointId: id,
-      root: opts.root,
-      episodes,
-      restarts: prep.restarts(),
-      deadlineTs,
-      tracker: opts.tracker,
-      controllerState: opts.controllerState,
-      collectionRunId: opts.collectionRunId,
-    })
-    phase('commit', 'done')
-  } catch (err) {
-    phase('commit', 'failed')
-    error = err
-  }
-  await keeper.stop()
-  // Whatever happened after prepare (a failure, SIGINT, SIGTERM), every participant is resumed.
-  phase('resume', 'start')
-  const closed = await closeCheckpoint(c, id, Date.now() / 1000 + timeoutS, log)
-  phase('resume', closed.resumed ? 'done' : 'failed')
-  const after = afterClose(id, closed)
-  if (error !== undefined || !outcome) {
-    if (c.signal?.aborted) throw new ControllerError('interrupted', `interrupted during checkpoint '${id}'; nothing was published; ${after.text}`).withNext(...after.next)
-    if (error instanceof CoordinationError)
-      throw new CoordinationError(error.operation, error.failures, `nothing was published; ${after.text}; checkpoint again (under a new ID)`).withNext(...after.next)
-    if (error instanceof ControllerError) throw new ControllerError(error.code, `${error.message}; ${after.text}`, error.details).withNext(...after.next)
-    throw error
-  }
-  if (!closed.resumed) {
-    const err = new CoordinationError('resume', closed.failures, `checkpoint '${id}' was committed and published, but ${after.text}`).withNext(...after.next)
-    err.published = {checkpointId: id, checkpointDir: outcome.checkpointDir}
-    throw err
-  }
-  // A signal that came while the fleet was being resumed: the checkpoint stands, and the caller
-  // still learns it was interrupted (exit 130), as for any other phase.
-  if (c.signal?.aborted)
-    throw new ControllerError('interrupted', `interrupted after checkpoint '${id}' was published; the fleet was resumed`, {
-      checkpoint_id: id,
-      checkpoint_dir: outcome.checkpointDir,
-      published: outcome.published,
-    })
-  const sizes = new Map(outcome.timings.map((t) => [t.server, {records: t.records, bytes: t.bytes}]))
-  return {...outcome, prepare: prep, timings: timer.table(c.participants, sizes)}
 }

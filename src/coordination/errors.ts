@@ -1,3 +1,5 @@
+import type {ParticipantTiming} from './controller.js'
+
 /** Stable error codes of the controller; the CLI maps each to an exit code (src/cli/exit-codes.ts). */
 export type ControllerErrorCode =
   | 'input' // bad flag value, file, or episode list
@@ -26,6 +28,8 @@ export const nextStep = (command: string, args: string[] = [], fleet = true): Ne
 export class ControllerError extends Error {
   /** What to run next; empty when nothing the operator runs would help. */
   next: NextStep[] = []
+  /** Each participant's call times up to the failure, when an operation that times its calls failed. */
+  timings: ParticipantTiming[] | null = null
 
   constructor(
     readonly code: ControllerErrorCode,

@@ -242,6 +242,7 @@ export async function restoreCheckpoint(c: Coordinator, opts: RestoreOptions): P
     )
     return {...plan, restoreId, restoredByServer: Object.fromEntries([...out.replies].map(([s, r]) => [s, r.restored])), resumed, timings: timer.table(c.participants, sizes)}
   } catch (err) {
+    if (err instanceof ControllerError) err.timings = timer.tableIfTimed(c.participants)
     await record(outcome, err)
     throw err
   }

@@ -36,7 +36,7 @@ describe('gymckpt CLI (built, run as a process)', {timeout: 120_000}, () => {
     expect(r.json.ok).toBe(true)
     expect(r.json.participants.map((p: {server: string}) => p.server)).toEqual(['env', 'policy', 'agent', 'res'])
     expect(r.json.skipped.map((s: {server: string}) => s.server)).toEqual(['judge'])
-    expect(r.json).toMatchObject({ok: true, schema_version: 2, warnings: []})
+    expect(r.json).toMatchObject({ok: true, schema_version: 3, warnings: []})
     noSecret(r)
     const human = await cli(['status', ...servers(fleet)])
     expect(human.code).toBe(0)
@@ -165,7 +165,7 @@ describe('gymckpt CLI (built, run as a process)', {timeout: 120_000}, () => {
     const fleet = await startFleet({members: FULL})
     const r = await cli(['retire', ...servers(fleet), '--episode', 'r7', '--episode', 'r9@1', '--json'])
     expect(r.code, r.stdout).toBe(0)
-    expect(r.json).toEqual({ok: true, schema_version: 2, warnings: [], dry_run: false, episode_count: 2, participant_count: 4})
+    expect(r.json).toEqual({ok: true, schema_version: 3, warnings: [], dry_run: false, episode_count: 2, participant_count: 4})
     expect((await control(fleet.server('res').url, 'status')).json.retired_rollouts).toBe(2)
     const f = await cli(['forget', ...servers(fleet), '--rollout', 'r7', '--rollout', 'r9', '--json'])
     expect(f.code).toBe(0)
@@ -220,6 +220,16 @@ describe('gymckpt CLI (built, run as a process)', {timeout: 120_000}, () => {
       expect(nothing.json.error.next).toEqual([`gymckpt prepare --root ${dir} ${servers(fleet).join(' ')}`])
       const unknown = await cli(['status', '--frobnicate'])
       expect(unknown.code).toBe(2)
+      // The fleet double's flags are checked before anything starts: exit 2, the value named.
+      for (const [args, message] of [
+        [['--member', 'e=planet'], '--member: e=planet: expected NAME=KIND with KIND one of environment, model, agent, resources, none'],
+        [['--member', 'a=model', '--member', 'a=environment'], '--member a: named twice; every member needs its own name'],
+        [['--fault', 'env:status:status:99'], "--fault: invalid fault 'status:status:99': HTTP status 99 is not 100 to 599"],
+      ] as const) {
+        const bad = await cli(['fleet', ...args, '--json'])
+        expect(bad.code, args.join(' ')).toBe(2)
+        expect(bad.json.error.message).toBe(message)
+      }
     })
 
     it('prepare that misses its deadline exits 5 with the blockers and leaves the fleet resumed', async () => {
@@ -227,7 +237,7 @@ describe('gymckpt CLI (built, run as a process)', {timeout: 120_000}, () => {
       fleet.server('agent').participant!.stuckBlockers = ['r7']
       const r = await cli(['checkpoint', ...servers(fleet), '--root', await tempDir(), '--timeout', '1', '--json'])
       expect(r.code).toBe(5)
-      expect(r.json.error.details.blockers).toEqual({agent: {blockers: ['r7'], blocker_count: 1}})
+      expect(r.json.error.details.blockers).toEqual([{server: 'agent', blockers: ['r7'], blocker_count: 1}])
       expect(r.json.error.details.not_reached).toEqual(['res'])
       for (const s of fleet.servers.slice(0, 4)) expect((await control(s.url, 'status')).json.phase).toBe('idle')
     })

@@ -92,8 +92,8 @@ describe('printed next steps work when pasted', () => {
     expect(again.code, again.stdout).toBe(0)
     expect(again.json.published).toBe(true)
     // Warnings reach the JSON envelope, not only stderr.
-    expect(again.json).toMatchObject({schema_version: 2, warnings: [expect.stringMatching(/^no --episode or --episodes-file: committing without a scope/)]})
-    expect(failed.json).toMatchObject({ok: false, schema_version: 2, warnings: [expect.stringMatching(/^no --episode or --episodes-file/)]})
+    expect(again.json).toMatchObject({schema_version: 3, warnings: [expect.stringMatching(/^no --episode or --episodes-file: committing without a scope/)]})
+    expect(failed.json).toMatchObject({ok: false, schema_version: 3, warnings: [expect.stringMatching(/^no --episode or --episodes-file/)]})
   })
 
   it('a member killed between prepare and commit: commit resumes every reachable participant and names the dead one', async () => {

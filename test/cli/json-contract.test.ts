@@ -96,7 +96,7 @@ describe('the --json contract (every command, parsed with its documented schema)
 
     const dryRetire = await ok('retire', [...s, '--episode', 'zz', '--dry-run'])
     expect(dryRetire.json).toMatchObject({dry_run: true, episode_count: 1, participant_count: 4})
-    expect((await ok('retire', [...s, '--episode', 'zz'])).json).toEqual({ok: true, schema_version: 2, warnings: [], dry_run: false, episode_count: 1, participant_count: 4})
+    expect((await ok('retire', [...s, '--episode', 'zz'])).json).toEqual({ok: true, schema_version: 3, warnings: [], dry_run: false, episode_count: 1, participant_count: 4})
     expect((await ok('forget', [...s, '--rollout', 'zz', '--dry-run'])).json).toMatchObject({dry_run: true, rollout_count: 1})
     expect((await ok('forget', [...s, '--rollout', 'zz'])).json).toMatchObject({dry_run: false, rollout_count: 1, participant_count: 4})
     await fails('retire', [...s], 2)
@@ -195,7 +195,7 @@ describe('the documented contract', () => {
   })
 
   it('a strict schema refuses an undocumented field, a camelCase leak, an epoch where a time belongs', () => {
-    const base = {ok: true, schema_version: 2, warnings: []}
+    const base = {ok: true, schema_version: 3, warnings: []}
     const verify = successSchema('verify')
     const good = {...base, valid: true, checkpoint_id: 'c', checkpoint_dir: '/c', manifest: null, continued_count: 0, restarted_count: 0, uncovered: [], participants: [], problems: []}
     expect(verify.safeParse(good).success).toBe(true)

@@ -2,6 +2,7 @@ import {spawn} from 'node:child_process'
 import path from 'node:path'
 import {fileURLToPath} from 'node:url'
 
+import {ErrorJson} from '../../src/cli/json-schemas.js'
 import {TOKEN} from './fleet.js'
 
 export const BIN = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../bin/run.js')
@@ -31,6 +32,12 @@ export function cli(args: string[], opts: {env?: Record<string, string | undefin
       try {
         json = JSON.parse(stdout)
       } catch {}
+      // Every failure document any CLI test sees must match the documented contract, details too.
+      if ((json as {ok?: unknown} | undefined)?.ok === false) {
+        const p = ErrorJson.safeParse(json)
+        if (!p.success)
+          return reject(new Error(`${args.join(' ')}: its error document breaks the JSON contract (src/cli/json-schemas.ts): ${JSON.stringify(p.error.issues.slice(0, 3))}\n${stdout.slice(0, 2000)}`))
+      }
       resolve({code, stdout, stderr, json})
     })
     p.stdin.end(opts.input ?? '')

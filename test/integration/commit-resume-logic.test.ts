@@ -246,6 +246,37 @@ describe('preparedForCommit: what a stateless commit commits', () => {
     expect((await control(fleet.server('res').url, 'prepare', {checkpoint_id: 'c1', deadline_ts: soon()})).json.error.code).toBe('stale_checkpoint')
   })
 
+  it('the policy model restarted without checkpoint routes: the checkpoint cannot be committed without it; closed on the others, a discovery error', async () => {
+    const fleet = await preparedFleet('c1')
+    await restartEmpty(fleet, 'policy', 'none')
+    const {c, d} = await look(fleet)
+    expect(d.failures.map((f) => f.code)).toEqual(['no_model'])
+    const err = await caught(preparedForCommit(c, d, {deadlineTs: soon()}))
+    expect(err.code).toBe('discovery')
+    expect(err.message).toMatch(/^checkpoint 'c1' cannot be committed: /)
+    expect(err.message).toMatch(/nothing was committed/)
+    expect(await phases(fleet, ['env', 'agent', 'res'])).toEqual({env: 'idle', agent: 'idle', res: 'idle'})
+    for (const n of ['env', 'agent', 'res']) expect(sent(fleet)[n]).toEqual(['prepare', 'resume'])
+  })
+
+  it('a prepare left closed for inspection (a stage still preparing, later ones never reached): not prepared, nothing sent, left as it is', async () => {
+    const fleet = await startFleet({members: FULL})
+    const {c} = await look(fleet)
+    fleet.server('policy').participant!.stuckBlockers = ['b']
+    await caught(prepareOrAbort(c, 'c1', Date.now() / 1000 + 0.6, {keepClosed: true}))
+    const before = await phases(fleet)
+    expect(before).toEqual({env: 'prepared c1', policy: 'preparing c1', agent: 'idle', res: 'idle'})
+    const sentBefore = sent(fleet)
+    const {c: c2, d} = await look(fleet)
+    const err = await caught(preparedForCommit(c2, d, {deadlineTs: soon()}))
+    expect(err.code).toBe('fleet_state')
+    expect(err.message).toMatch(/^not prepared under 'c1': policy \(preparing of 'c1'\), agent \(idle\), res \(idle\); nothing was sent$/)
+    expect(err.next).toEqual([nextStep('resume', ['--id', 'c1'])])
+    expect(sent(fleet)).toEqual(sentBefore)
+    expect(await phases(fleet)).toEqual(before)
+    fleet.server('policy').participant!.stuckBlockers = []
+  })
+
   it('a participant restarted empty and the close failing on another: the failing server named, next a resume of the checkpoint', async () => {
     const fleet = await preparedFleet('c1')
     await restartEmpty(fleet, 'agent', 'agent')
@@ -432,6 +463,20 @@ describe('resumeFleet', () => {
     const out = await resumeFleet(c, d, {deadlineTs: soon()})
     expect(out).toMatchObject({checkpointId: 'c1', reopened: 3, unreachable: [], failures: [], error: null})
     expect(await phases(fleet, ['env', 'agent', 'res'])).toEqual({env: 'idle', agent: 'idle', res: 'idle'})
+  })
+
+  it('a member down and another failing its resume: the one error names both, and the others are resumed', async () => {
+    const fleet = await preparedFleet('c1')
+    await fleet.server('res').crash()
+    fleet.server('agent').faults.add('resume', {type: 'status', status: 500})
+    const {c, d} = await look(fleet)
+    const out = await resumeFleet(c, d, {deadlineTs: soon()})
+    expect(out.failures.map((f) => f.server)).toEqual(['agent'])
+    expect(out.unreachable.map((f) => f.server)).toEqual(['res'])
+    expect(out.error!.failures.map((f) => f.server)).toEqual(['agent', 'res'])
+    expect(out.error!.message).toMatch(/down, reopening when their lease expires: res \(/)
+    expect(out.error!.next).toEqual([nextStep('resume', ['--id', 'c1'])])
+    expect(await phases(fleet, ['env', 'policy', 'agent'])).toEqual({env: 'idle', policy: 'idle', agent: 'prepared c1'})
   })
 
   it('a member down and nothing active: nothing sent, the error names it with no resume to suggest', async () => {

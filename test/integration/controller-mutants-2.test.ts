@@ -82,12 +82,12 @@ describe('untrusted commit replies and the publish gate', () => {
     const root = await tempDir()
     const err = (await checkpoint(withLiars, {root, checkpointId: 'c1', episodes: [], timeoutS: 10}).catch((e: unknown) => e)) as ControllerError
     expect(err.code).toBe('invalid_checkpoint')
-    const details = err.details as {checkpoint_dir: string; problems: string[]}
+    const details = err.details as {checkpoint_dir: string; problems: {severity: string; where: string; message: string}[]}
     expect(details.checkpoint_dir).toBe(path.join(root, 'c1'))
     expect(details.problems.length).toBeGreaterThanOrEqual(2)
-    expect(details.problems.some((p) => p.includes('participant liar1 committed but its directory is missing'))).toBe(true)
-    expect(details.problems.some((p) => p.includes('participant liar2 committed but its directory is missing'))).toBe(true)
-    expect(err.message).toContain(`so it was not published (LATEST is unchanged): ${details.problems.join('; ')}`)
+    expect(details.problems.some((p) => p.severity === 'error' && p.message.includes('participant liar1 committed but its directory is missing'))).toBe(true)
+    expect(details.problems.some((p) => p.severity === 'error' && p.message.includes('participant liar2 committed but its directory is missing'))).toBe(true)
+    expect(err.message).toContain(`so it was not published (LATEST is unchanged): ${details.problems.map((p) => `${p.where}: ${p.message}`).join('; ')}`)
   })
 
   it('a LATEST that cannot be replaced: invalid_checkpoint naming it, after the manifest was written', async () => {

@@ -121,7 +121,7 @@ describe('preparePreflight', () => {
     expect(err.message).toBe(
       "another checkpoint is open: 'old' on env (prepared); nothing was sent. Finish it first: commit it (gymckpt commit --id ID --root ROOT) or resume it, unless another controller is still working on it.",
     )
-    expect(err.details).toEqual({open: {old: ['env (prepared)']}})
+    expect(err.details).toEqual({open: [{checkpoint_id: 'old', participants: ['env (prepared)']}]})
     expect(err.next).toEqual([nextStep('resume', ['--id', 'old'])])
     expect(fleet.servers.flatMap((s) => s.journal.filter((j) => j.route === 'prepare' && JSON.parse(j.body).checkpoint_id === 'new'))).toEqual([])
     // The same ID open is no obstacle (a retried prepare).
@@ -151,7 +151,7 @@ describe('prepareOrAbort when blockers stay', () => {
     expect(err.message).toBe(
       "checkpoint 'c1' was not prepared before its deadline; blockers: policy: 6 (b1, b2, b3, b4, b5, …). the fleet was resumed (checkpoint 'c1' is closed for good); wait for the blockers or retire them, then checkpoint again (a new ID).",
     )
-    expect(err.details).toEqual({checkpoint_id: 'c1', blockers: {policy: {blockers: ['b1', 'b2', 'b3', 'b4', 'b5', 'b6'], blocker_count: 6}}, not_reached: ['agent', 'res']})
+    expect(err.details).toEqual({checkpoint_id: 'c1', blockers: [{server: 'policy', blockers: ['b1', 'b2', 'b3', 'b4', 'b5', 'b6'], blocker_count: 6}], not_reached: ['agent', 'res']})
     expect(err.next).toEqual([])
     expect(await phases(c.participants.map((p) => p.url))).toEqual(['idle', 'idle', 'idle', 'idle'])
   })

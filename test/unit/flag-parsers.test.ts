@@ -93,6 +93,22 @@ describe('parseServerFault (--fault SERVER:ROUTE:TYPE[:ARG][xN])', () => {
   })
 })
 
+describe('Faults.parse: only faults the double can carry out', () => {
+  it.each([
+    ['an HTTP status node:http cannot send (the fleet would crash on the first request)', 'env:status:status:99', /HTTP status 99 is not 100 to 599/],
+    ['an HTTP status above 599', 'env:commit:status:600', /HTTP status 600 is not 100 to 599/],
+    ['a route that does not exist (the fault would never fire)', 'env:comit:status:500', /no route 'comit'; one of status, prepare, .*run, data, \*/],
+  ])('refuses %s', (_what, spec, message) => {
+    expect(() => parseServerFault(spec)).toThrow(message)
+  })
+
+  it('takes the bounds themselves, every control route, run, data and *', () => {
+    expect(parseServerFault('a:commit:status:100').rule.fault).toEqual({type: 'status', status: 100})
+    expect(parseServerFault('a:commit:status:599').rule.fault).toEqual({type: 'status', status: 599})
+    for (const route of ['status', 'prepare', 'renew', 'retire', 'forget', 'commit', 'restore', 'resume', 'run', 'data', '*']) expect(parseServerFault(`a:${route}:hang`).rule.route).toBe(route)
+  })
+})
+
 describe('checked(): a parser for Flags.custom', () => {
   it('resolves to what the parser returns, calling it once with the value as given', async () => {
     const seen: string[] = []
