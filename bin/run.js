@@ -25,5 +25,15 @@ const {enableCompileCache} = await import('node:module')
 try {
   enableCompileCache?.()
 } catch {}
-const {execute} = await import('@oclif/core')
-await execute({dir: import.meta.url})
+// A fully specified `verify` (the checkpoint named, nothing from the config file) answers without
+// loading oclif, with the same output and exit codes; anything else falls through to oclif.
+// GYMCKPT_NO_FAST_PATH=1 always takes oclif's path (the tests compare the two).
+let code = null
+if (argv[0] === 'verify' && !process.env.GYMCKPT_NO_FAST_PATH) {
+  const {fastVerify} = await import('../dist/cli/fast-verify.js')
+  code = await fastVerify(argv.slice(1))
+}
+if (code === null) {
+  const {execute} = await import('@oclif/core')
+  await execute({dir: import.meta.url})
+} else process.exitCode = code

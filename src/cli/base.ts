@@ -1,22 +1,21 @@
 import {Command, Flags, Interfaces} from '@oclif/core'
-import color from 'ansis'
 
 // Network code (undici, yaml) is imported when a command connects, not at start-up: offline
 // commands (verify, prune, help) never load it.
 import type {ControlClient} from '../coordination/client.js'
 import type {Discovery, FleetSource} from '../coordination/discover.js'
-import {ControllerError, CoordinationError, NextStep} from '../coordination/errors.js'
+import {ControllerError, NextStep} from '../coordination/errors.js'
 import type {Coordinator} from '../coordination/operations.js'
-import {CheckpointStateError} from '../storage/errors.js'
 import {EXIT, ExitName, exitCodesHelp} from './exit-codes.js'
+import {reportFailure, successDocument} from './failure.js'
 import {seconds} from './flags.js'
 import {DEFAULT_TOKEN_ENV, readToken} from './inputs.js'
 import {FleetFlagValues, renderNext} from './next.js'
-import {timingsJson, timingsTable, warnings} from './output.js'
 import {JSON_SCHEMA_VERSION} from './json-version.js'
 import type {Settings, SettingsInput} from './config.js'
 
 export {JSON_SCHEMA_VERSION}
+export {oneLine} from './failure.js'
 
 /** A command's parsed flags: its class's base flags (BaseCommand's, or FleetCommand's with the fleet flags) and its own. */
 export type BaseFlags<T extends typeof Command> = Interfaces.InferredFlags<T['baseFlags'] & T['flags']>
@@ -129,49 +128,13 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
   }
 
   protected override toSuccessJson(result: unknown): unknown {
-    return {ok: true, schema_version: JSON_SCHEMA_VERSION, warnings, ...(result as object)}
+    return successDocument(result as object)
   }
 
   protected override async catch(err: Error & {exitCode?: number; oclif?: {exit?: number}}): Promise<void> {
-    let code: number
-    let name: string
-    let details: unknown
-    if (err instanceof ControllerError) {
-      code = EXIT[err.code]
-      name = err.code
-      details = err instanceof CoordinationError ? {operation: err.operation, failures: err.failures} : err.details
-    } else if (err instanceof CheckpointStateError) {
-      code = EXIT.invalid_checkpoint
-      name = 'invalid_checkpoint'
-    } else if (err.oclif?.exit !== undefined) {
-      // oclif's own errors: flag parsing and validation (exit 2), or an explicit exit.
-      if (err.oclif.exit === 0) throw err
-      code = EXIT.input
-      name = 'input'
-    } else {
-      code = EXIT.internal
-      name = 'internal'
-    }
-    if (Object.keys(this.failureContext).length) details = {...(details as object | undefined), ...this.failureContext}
-    // A failed operation that timed its calls shows them, as a successful one does.
-    const timings = err instanceof ControllerError ? err.timings : null
-    if (timings) details = {...(details as object | undefined), timings: timingsJson(timings)}
-    process.exitCode = code
-    err.message = oneLine(err.message)
-    const next = err instanceof ControllerError ? err.next.map((s) => this.nextLine(s)) : []
-    if (this.jsonEnabled()) {
-      this.logJson({
-        ok: false,
-        schema_version: JSON_SCHEMA_VERSION,
-        warnings,
-        error: {code: name, exit_code: code, message: err.message, ...(details === undefined ? {} : {details}), ...(next.length ? {next} : {})},
-      })
-    } else {
-      if (timings) process.stderr.write(`${timingsTable(timings)}\n`)
-      process.stderr.write(`${color.red('error:')} ${err.message}\n`)
-      for (const n of next) process.stderr.write(`next: ${n}\n`)
-      if (code === EXIT.internal && err.stack) process.stderr.write(`${err.stack}\n`)
-    }
+    // oclif's own exit 0 (--help, --version through the parser) is not a failure.
+    if (err.oclif?.exit === 0) throw err
+    process.exitCode = reportFailure(err, {json: this.jsonEnabled(), context: this.failureContext, nextLine: (s) => this.nextLine(s)})
   }
 
   protected override async finally(err: Error | undefined): Promise<void> {
@@ -227,18 +190,6 @@ export abstract class FleetCommand<T extends typeof Command> extends BaseCommand
     await this.client?.close()
     await super.finally(err)
   }
-}
-
-/** oclif's flag errors span lines ('Parsing --id', a tab, the cause, a help hint): one line, flag first. */
-export function oneLine(message: string): string {
-  const lines = message
-    .split('\n')
-    .map((l) => l.trim())
-    .filter((l) => l && !/^See more help with/.test(l))
-  const head = /^Parsing (--[\w-]+)$/.exec(lines[0] ?? '')
-  if (!head) return lines.join(' ')
-  const rest = lines.slice(1).join(' ')
-  return rest.startsWith(head[1]!) ? rest : `${head[1]}: ${rest}`
 }
 
 /** Every code a fleet command can meet on its way: input, discovery, token, interrupt. */

@@ -1,12 +1,8 @@
 import {Args} from '@oclif/core'
-import color from 'ansis'
-
 import {checkpointId, rootFlag} from '../cli/flags.js'
 import {BaseCommand} from '../cli/base.js'
 import {exitCodesHelp} from '../cli/exit-codes.js'
-import {note, table} from '../cli/output.js'
-import {ControllerError} from '../coordination/errors.js'
-import {verifyCheckpoint} from '../storage/verify.js'
+import {verifyReport} from '../cli/verify-report.js'
 import type {CommandJson} from '../cli/json-schemas.js'
 
 export default class Verify extends BaseCommand<typeof Verify> {
@@ -25,41 +21,6 @@ for. Exit 6 on any error.\n\n${exitCodesHelp('input', 'invalid_checkpoint')}`
   static override flags = {id: checkpointId({summary: 'Checkpoint ID under the root (default: LATEST).'}), root: rootFlag('Checkpoint root, instead of the positional')}
 
   async run(): Promise<CommandJson<'verify'>> {
-    const report = await verifyCheckpoint(await this.rootDir(this.args.location, this.flags.root), {id: this.flags.id})
-    const json = {
-      valid: report.ok,
-      checkpoint_id: report.checkpointId,
-      checkpoint_dir: report.checkpointDir,
-      manifest: report.manifest,
-      continued_count: report.continued.length,
-      restarted_count: report.restarted.length,
-      uncovered: report.uncovered,
-      participants: report.participants.map((p) => ({
-        kind: p.kind,
-        instance: p.instance,
-        ok: p.ok,
-        records: p.records,
-        in_scope: p.inScope,
-        outside_scope: p.outsideScope,
-        scope_without_record: p.scopeWithoutRecord,
-        bytes: p.bytes,
-        records_sha256: p.recordsSha256,
-      })),
-      problems: report.problems,
-    }
-    if (!this.jsonEnabled()) {
-      this.log(table(json.participants, ['kind', 'instance', 'ok', 'records', 'in_scope', 'outside_scope', 'scope_without_record', 'bytes']))
-      for (const p of report.problems) note(`${p.severity === 'error' ? color.red('error') : p.severity === 'warning' ? color.yellow('warning') : 'note'}: ${p.where}: ${p.message}`)
-      const installs = report.participants.reduce((n, p) => n + p.inScope, 0)
-      this.log(
-        `${report.ok ? color.green('valid') : color.red('INVALID')}: ${report.checkpointId} (${report.continued.length} continued, ${report.restarted.length} restarted; ` +
-          `a restore installs the ${installs} record(s) in scope and skips the ${report.participants.reduce((n, p) => n + p.outsideScope, 0)} outside it)`,
-      )
-    }
-    if (!report.ok) {
-      const errs = report.problems.filter((p) => p.severity === 'error')
-      throw new ControllerError('invalid_checkpoint', `checkpoint ${report.checkpointDir} is invalid: ${errs.length} error(s); first: ${errs[0]?.where}: ${errs[0]?.message}`, json)
-    }
-    return json
+    return verifyReport(await this.rootDir(this.args.location, this.flags.root), this.flags.id, {json: this.jsonEnabled(), log: (line) => this.log(line)})
   }
 }

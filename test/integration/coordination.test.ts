@@ -204,7 +204,8 @@ describe('checkpoint: failures always end resumed, nothing half-published', () =
     fleet.server('agent').faults.add('prepare', {type: 'hang'})
     const t0 = Date.now()
     const err = await checkpoint(c, {root: await tempDir(), checkpointId: 'c1', episodes: [], timeoutS: 0.5}).catch((e: unknown) => e)
-    expect((err as Error).message).toMatch(/prepare failed on 1 participant\(s\): agent: no reply within 0\.[67] seconds/)
+    // The time left to the deadline plus the grace when the call was sent: 0.7 s at most, less on a loaded machine.
+    expect((err as Error).message).toMatch(/prepare failed on 1 participant\(s\): agent: no reply within 0\.[1-7] seconds/)
     expect(Date.now() - t0).toBeLessThan(5000)
     for (const n of ['env', 'policy', 'res']) expect((await control(fleet.server(n).url, 'status')).json.phase).toBe('idle')
   })

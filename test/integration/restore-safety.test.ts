@@ -33,7 +33,9 @@ describe('restore preflight: a restore never touches a fleet that holds work', (
     const busy = await startFleet({members: FULL})
     const c = await coordinatorFor(busy)
     const runs = ['x', 'y', 'z'].map((r) => busy.run({rolloutId: r, steps: 40, stepMs: 5}))
-    await waitFor(() => env(busy).episodes.size === 3)
+    // Each episode's first step reaches the policy model, which then holds its session: wait for
+    // both, or a loaded machine asks before the model holds anything.
+    await waitFor(() => env(busy).episodes.size === 3 && (busy.server('policy').participant as SimDownstream).sessions.size === 3)
     const err = await restoreCheckpoint(c, {location: root, timeoutS: 10}).catch((e: unknown) => e)
     expect(err).toBeInstanceOf(ControllerError)
     expect((err as ControllerError).code).toBe('fleet_state')
