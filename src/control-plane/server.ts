@@ -3,7 +3,7 @@ import http from 'node:http'
 import {AddressInfo, Socket} from 'node:net'
 import {z} from 'zod'
 
-import {RolloutIdSchema} from '../protocol/episode.js'
+import {RolloutIdSchema} from '../protocol/episode-schema.js'
 import {errorEnvelope} from '../protocol/errors.js'
 import {CHECKPOINT_ROUTE_PREFIX, OPERATIONS, Operation, REQUEST_SCHEMAS} from '../protocol/wire.js'
 import {CheckpointStateError} from '../storage/errors.js'

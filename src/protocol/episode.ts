@@ -1,24 +1,40 @@
-import {z} from 'zod'
+export type {EpisodeIdWire} from './episode-schema.js'
+import type {EpisodeIdWire} from './episode-schema.js'
 
 /** Pattern Gym applies to checkpoint IDs, rollout IDs, kinds and instance names. */
 export const SAFE_ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._-]*$/
 /** The reserved attempt suffix: an ID ending in it would make capture keys ambiguous. */
 export const RESERVED_SUFFIX = /-a([1-9][0-9]*)$/
 
-export const RolloutIdSchema = z
-  .string()
-  .min(1)
-  .regex(SAFE_ID_PATTERN, 'rollout ID must match ^[A-Za-z0-9][A-Za-z0-9._-]*$')
-  .refine((id) => !RESERVED_SUFFIX.test(id), {
-    message: 'rollout ID must not end with the reserved attempt suffix -a<N>',
-  })
+export const ROLLOUT_ID_PATTERN_MESSAGE = 'rollout ID must match ^[A-Za-z0-9][A-Za-z0-9._-]*$'
+export const ROLLOUT_ID_SUFFIX_MESSAGE = 'rollout ID must not end with the reserved attempt suffix -a<N>'
+/** zod's own words for `.min(1)` on a string: the first issue RolloutIdSchema reports for ''. */
+const ROLLOUT_ID_EMPTY_MESSAGE = 'Too small: expected string to have >=1 characters'
 
-/** EpisodeId exactly as it travels on the wire. */
-export const EpisodeIdWire = z.strictObject({
-  rollout_id: RolloutIdSchema,
-  attempt: z.number().int().min(0).default(0),
-})
-export type EpisodeIdWire = z.output<typeof EpisodeIdWire>
+/** The message of the first issue RolloutIdSchema (episode-schema.ts) reports for `id`, or null when it accepts it. */
+export function rolloutIdIssue(id: string): string | null {
+  if (id.length < 1) return ROLLOUT_ID_EMPTY_MESSAGE
+  if (!SAFE_ID_PATTERN.test(id)) return ROLLOUT_ID_PATTERN_MESSAGE
+  if (RESERVED_SUFFIX.test(id)) return ROLLOUT_ID_SUFFIX_MESSAGE
+  return null
+}
+
+/**
+ * What EpisodeIdWire.safeParse(v) gives, without zod: its output, or null when it refuses `v`. An
+ * object with only rollout_id (a valid rollout ID) and attempt (absent or undefined: 0; else a safe
+ * integer >= 0). The keys are walked as zod walks them (for…in), so inherited ones count too.
+ */
+export function wireEpisode(v: unknown): EpisodeIdWire | null {
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) return null
+  for (const k in v) if (k !== 'rollout_id' && k !== 'attempt') return null
+  const o = v as Record<string, unknown>
+  const id = o.rollout_id
+  if (typeof id !== 'string' || rolloutIdIssue(id) !== null) return null
+  const a = o.attempt
+  if (a === undefined) return {rollout_id: id, attempt: 0}
+  if (typeof a !== 'number' || !Number.isSafeInteger(a) || a < 0) return null
+  return {rollout_id: id, attempt: a}
+}
 
 export interface EpisodeId {
   readonly rolloutId: string
@@ -33,11 +49,10 @@ export class InvalidEpisodeError extends Error {
 }
 
 export function episode(rolloutId: string, attempt = 0): EpisodeId {
-  // What RolloutIdSchema accepts, checked without building a parse result: the scope math parses
-  // every reported restart (10,000 at a time), and only a refused ID needs the schema's message.
+  // The scope math parses every reported restart (10,000 at a time): the common case first.
   if (SAFE_ID_PATTERN.test(rolloutId) && !RESERVED_SUFFIX.test(rolloutId) && Number.isSafeInteger(attempt) && attempt >= 0) return {rolloutId, attempt}
-  const parsed = RolloutIdSchema.safeParse(rolloutId)
-  if (!parsed.success) throw new InvalidEpisodeError(`invalid rollout ID '${rolloutId}': ${parsed.error.issues[0]?.message}`)
+  const issue = rolloutIdIssue(rolloutId)
+  if (issue !== null) throw new InvalidEpisodeError(`invalid rollout ID '${rolloutId}': ${issue}`)
   if (!Number.isSafeInteger(attempt) || attempt < 0) throw new InvalidEpisodeError(`invalid attempt ${attempt} for rollout '${rolloutId}'`)
   return {rolloutId, attempt}
 }

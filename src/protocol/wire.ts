@@ -1,6 +1,7 @@
 import {z} from 'zod'
 
-import {EpisodeIdWire, SAFE_ID_PATTERN} from './episode.js'
+import {SAFE_ID_PATTERN} from './episode.js'
+import {EpisodeIdWire} from './episode-schema.js'
 
 export const CHECKPOINT_ROUTE_PREFIX = '/ng-control/v1/checkpoint'
 export const OPERATIONS = ['prepare', 'renew', 'retire', 'forget', 'commit', 'restore', 'resume'] as const

@@ -2,7 +2,7 @@ import type {Dirent} from 'node:fs'
 import {lstat, readFile, readdir, stat} from 'node:fs/promises'
 import path from 'node:path'
 
-import {EpisodeIdWire, SAFE_ID_PATTERN, quoteInput} from '../protocol/episode.js'
+import {type EpisodeIdWire, SAFE_ID_PATTERN, quoteInput} from '../protocol/episode.js'
 import {ParticipantManifest} from '../protocol/wire.js'
 import {CheckpointStateError} from './errors.js'
 import {MANIFEST_FILE, RECORDS_FILE_PATTERN} from './participant-store.js'

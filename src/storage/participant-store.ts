@@ -3,8 +3,8 @@ import {isAscii, isUtf8} from 'node:buffer'
 import {lstat, mkdir, open, readFile, realpath, rename, unlink} from 'node:fs/promises'
 import path from 'node:path'
 
-import {EpisodeIdWire, RESERVED_SUFFIX, SAFE_ID_PATTERN, captureKey, fromWire} from '../protocol/episode.js'
-import {ParticipantManifest} from '../protocol/wire.js'
+import {RESERVED_SUFFIX, SAFE_ID_PATTERN, captureKey, fromWire, wireEpisode} from '../protocol/episode.js'
+import type {ParticipantManifest} from '../protocol/wire.js'
 import {CheckpointStateError, WriteStoppedError} from './errors.js'
 import {JsonScanner, PREFIX_BYTES, ScanError, episodeFromPrefix} from './jsonscan.js'
 import {createExclusive, fsyncDir, fsyncUpTo, tempName} from './fsutil.js'
@@ -557,9 +557,9 @@ class RecordsReader {
       this.fail(lineNo, /nest/.test((err as Error).message) ? TOO_DEEP : ' holds a record that is not JSON')
     }
     const e = isPyDict(decoded) ? pyGet(decoded, 'episode_id') : undefined
-    const ep = EpisodeIdWire.safeParse(e instanceof Map ? Object.fromEntries(e) : e)
-    if (!ep.success) this.fail(lineNo, ': checkpoint record has no valid episode_id')
-    const key = captureKey(fromWire(ep.data))
+    const ep = wireEpisode(e instanceof Map ? Object.fromEntries(e) : e)
+    if (ep === null) this.fail(lineNo, ': checkpoint record has no valid episode_id')
+    const key = captureKey(fromWire(ep))
     return this.keep?.has(key) ? {key, record: decoded} : {key}
   }
 }

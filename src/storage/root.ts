@@ -1,12 +1,14 @@
 import {isUtf8} from 'node:buffer'
 import {lstat, readFile, readdir, stat} from 'node:fs/promises'
 import path from 'node:path'
-import {z} from 'zod'
 
-import {EpisodeIdWire, SAFE_ID_PATTERN, clipInput, quoteInput} from '../protocol/episode.js'
-import {ParticipantManifest} from '../protocol/wire.js'
+import {type EpisodeIdWire, SAFE_ID_PATTERN, clipInput, quoteInput, wireEpisode} from '../protocol/episode.js'
+import type {ParticipantManifest} from '../protocol/wire.js'
 import {CheckpointStateError} from './errors.js'
 import {createExclusive, fsyncDir, replaceAtomic} from './fsutil.js'
+import type {ControllerManifest, GymCollectionManifest} from './manifest-schemas.js'
+
+export type {ControllerManifest, GymCollectionManifest} from './manifest-schemas.js'
 
 /** The controller's own manifest, created in a checkpoint directory only after every commit succeeded. */
 export const CONTROLLER_MANIFEST = 'gymckpt.json'
@@ -14,26 +16,6 @@ export const CONTROLLER_MANIFEST = 'gymckpt.json'
 export const GYM_COLLECTION_MANIFEST = 'collection.json'
 export const LATEST_FILE = 'LATEST'
 export const FORMAT_VERSION = 1
-
-export const ControllerManifest = z.object({
-  format_version: z.literal(FORMAT_VERSION),
-  checkpoint_id: z.string().regex(SAFE_ID_PATTERN),
-  created_at: z.number(),
-  continued: z.array(EpisodeIdWire),
-  restarted: z.array(EpisodeIdWire),
-  participants: z.array(z.object({server: z.string(), kind: z.string(), instance: z.string(), manifest: ParticipantManifest, episode_ids: z.array(z.string())})),
-  /** Opaque state the controller keeps with the checkpoint (the demo keeps completed results). */
-  controller_state: z.unknown().optional(),
-})
-export type ControllerManifest = z.infer<typeof ControllerManifest>
-
-export const GymCollectionManifest = z.looseObject({
-  checkpoint_id: z.string(),
-  run_id: z.string().optional(),
-  created_at: z.number(),
-  continued: z.array(EpisodeIdWire),
-  restarted: z.array(EpisodeIdWire).default([]),
-})
 
 /** What either manifest says, in one shape. */
 export interface CheckpointSummary {
@@ -124,11 +106,10 @@ async function readJsonIfExists(file: string): Promise<unknown | undefined> {
 
 /** Reads the controller manifest of a checkpoint directory (ours, else Gym's), or null if none. */
 export async function readCheckpointSummary(checkpointDir: string): Promise<CheckpointSummary | null> {
-  const ours = await readJsonIfExists(path.join(checkpointDir, CONTROLLER_MANIFEST))
+  const oursFile = path.join(checkpointDir, CONTROLLER_MANIFEST)
+  const ours = await readJsonIfExists(oursFile)
   if (ours !== undefined) {
-    const p = ControllerManifest.safeParse(ours)
-    if (!p.success) throw new CheckpointStateError(`${path.join(checkpointDir, CONTROLLER_MANIFEST)} is not a gymckpt manifest: ${describeIssue(p.error)}`)
-    const m = p.data
+    const m = controllerManifestFast(ours) ?? (await schemaChecked(ours, oursFile, 'controller'))
     return {
       source: CONTROLLER_MANIFEST,
       checkpointId: m.checkpoint_id,
@@ -139,19 +120,121 @@ export async function readCheckpointSummary(checkpointDir: string): Promise<Chec
       controllerState: m.controller_state,
     }
   }
-  const gym = await readJsonIfExists(path.join(checkpointDir, GYM_COLLECTION_MANIFEST))
+  const gymFile = path.join(checkpointDir, GYM_COLLECTION_MANIFEST)
+  const gym = await readJsonIfExists(gymFile)
   if (gym !== undefined) {
-    const p = GymCollectionManifest.safeParse(gym)
-    if (!p.success) throw new CheckpointStateError(`${path.join(checkpointDir, GYM_COLLECTION_MANIFEST)} is not a Gym collection manifest: ${describeIssue(p.error)}`)
-    const m = p.data
+    const m = gymCollectionManifestFast(gym) ?? (await schemaChecked(gym, gymFile, 'gym'))
     return {source: GYM_COLLECTION_MANIFEST, checkpointId: m.checkpoint_id, createdAt: m.created_at, continued: m.continued, restarted: m.restarted, participants: null, controllerState: undefined}
   }
   return null
 }
 
-export function describeIssue(err: z.ZodError): string {
-  const i = err.issues[0]
-  return i ? `${i.path.join('.') || '(root)'}: ${i.message}` : 'invalid'
+// zod (manifest-schemas.ts) is the authority on a manifest, but loading it is a third of verify's
+// start-up. So a manifest is first checked by hand: the checks below return a manifest only when
+// zod would accept the input and give the same output (no key that z.object would strip, defaults
+// as zod applies them), and null whenever they are not certain, for zod to decide and word the
+// problem. test/unit/manifest-fast-check.test.ts holds them to the schemas.
+
+async function schemaChecked(v: unknown, file: string, which: 'controller'): Promise<ControllerManifest>
+async function schemaChecked(v: unknown, file: string, which: 'gym'): Promise<GymCollectionManifest>
+async function schemaChecked(v: unknown, file: string, which: 'controller' | 'gym'): Promise<ControllerManifest | GymCollectionManifest> {
+  const schemas = await import('./manifest-schemas.js')
+  const p = which === 'controller' ? schemas.ControllerManifest.safeParse(v) : schemas.GymCollectionManifest.safeParse(v)
+  if (!p.success) throw new CheckpointStateError(`${file} is not ${which === 'controller' ? 'a gymckpt manifest' : 'a Gym collection manifest'}: ${schemas.describeIssue(p.error)}`)
+  return p.data
+}
+
+type Obj = Record<string, unknown>
+
+const isObject = (v: unknown): v is Obj => typeof v === 'object' && v !== null && !Array.isArray(v)
+const isString = (v: unknown): v is string => typeof v === 'string'
+// z.number() refuses NaN and the infinities.
+const isNumber = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v)
+
+/** `v` when it is an object whose keys (walked as zod walks them, for…in) are all in `keys`: nothing a z.object would strip. */
+function closedObject(v: unknown, keys: ReadonlySet<string>): Obj | null {
+  if (!isObject(v)) return null
+  for (const k in v) if (!keys.has(k)) return null
+  return v
+}
+
+/** The keys of a looseObject's input that zod keeps besides its shape, copied onto `out`; false for __proto__ (zod drops it). */
+function copyExtras(o: Obj, shape: ReadonlySet<string>, out: Obj): boolean {
+  for (const k in o) {
+    if (shape.has(k)) continue
+    if (k === '__proto__') return false
+    out[k] = o[k]
+  }
+  return true
+}
+
+/** Each element through `item` into a new array, or null when `v` is no array or `item` refuses an element. */
+function arrayOf<T>(v: unknown, item: (x: unknown) => T | null): T[] | null {
+  if (!Array.isArray(v)) return null
+  const out: T[] = []
+  for (let i = 0; i < v.length; i++) {
+    const x = item(v[i])
+    if (x === null) return null
+    out.push(x)
+  }
+  return out
+}
+
+const asString = (v: unknown): string | null => (isString(v) ? v : null)
+
+const PARTICIPANT_MANIFEST_KEYS: ReadonlySet<string> = new Set(['schema_version', 'kind', 'instance', 'checkpoint_id', 'records_file', 'records_sha256', 'record_count'])
+
+/** wire.ts's ParticipantManifest (a looseObject: extra keys kept), without zod; null when not certain. */
+function participantManifestFast(v: unknown): ParticipantManifest | null {
+  if (!isObject(v)) return null
+  const {schema_version, kind, instance, checkpoint_id, records_file, records_sha256, record_count} = v
+  if (!isNumber(schema_version) || !isString(kind) || !isString(instance) || !isString(checkpoint_id) || !isString(records_file) || !isString(records_sha256)) return null
+  if (typeof record_count !== 'number' || !Number.isSafeInteger(record_count)) return null
+  const out: Obj = {schema_version, kind, instance, checkpoint_id, records_file, records_sha256, record_count}
+  return copyExtras(v, PARTICIPANT_MANIFEST_KEYS, out) ? (out as ParticipantManifest) : null
+}
+
+const PARTICIPANT_KEYS: ReadonlySet<string> = new Set(['server', 'kind', 'instance', 'manifest', 'episode_ids'])
+
+function participantFast(v: unknown): ControllerManifest['participants'][number] | null {
+  const o = closedObject(v, PARTICIPANT_KEYS)
+  if (o === null || !isString(o.server) || !isString(o.kind) || !isString(o.instance)) return null
+  const manifest = participantManifestFast(o.manifest)
+  const episodeIds = arrayOf(o.episode_ids, asString)
+  if (manifest === null || episodeIds === null) return null
+  return {server: o.server, kind: o.kind, instance: o.instance, manifest, episode_ids: episodeIds}
+}
+
+const CONTROLLER_KEYS: ReadonlySet<string> = new Set(['format_version', 'checkpoint_id', 'created_at', 'continued', 'restarted', 'participants', 'controller_state'])
+
+/** ControllerManifest.safeParse(v)'s output without zod, or null: refused, or not certain (zod decides). */
+export function controllerManifestFast(v: unknown): ControllerManifest | null {
+  const o = closedObject(v, CONTROLLER_KEYS)
+  if (o === null || o.format_version !== FORMAT_VERSION || !isString(o.checkpoint_id) || !SAFE_ID_PATTERN.test(o.checkpoint_id) || !isNumber(o.created_at)) return null
+  const continued = arrayOf(o.continued, wireEpisode)
+  const restarted = arrayOf(o.restarted, wireEpisode)
+  const participants = arrayOf(o.participants, participantFast)
+  if (continued === null || restarted === null || participants === null) return null
+  const m: ControllerManifest = {format_version: FORMAT_VERSION, checkpoint_id: o.checkpoint_id, created_at: o.created_at, continued, restarted, participants}
+  if ('controller_state' in o) m.controller_state = o.controller_state
+  return m
+}
+
+const GYM_KEYS: ReadonlySet<string> = new Set(['checkpoint_id', 'run_id', 'created_at', 'continued', 'restarted'])
+
+/** GymCollectionManifest.safeParse(v)'s output without zod (a looseObject: extra keys kept), or null: refused, or not certain. */
+export function gymCollectionManifestFast(v: unknown): GymCollectionManifest | null {
+  if (!isObject(v) || !isString(v.checkpoint_id) || !isNumber(v.created_at)) return null
+  if (v.run_id !== undefined && !isString(v.run_id)) return null
+  const continued = arrayOf(v.continued, wireEpisode)
+  const restarted = v.restarted === undefined ? [] : arrayOf(v.restarted, wireEpisode)
+  if (continued === null || restarted === null) return null
+  const out: Obj = {checkpoint_id: v.checkpoint_id}
+  if ('run_id' in v) out.run_id = v.run_id
+  out.created_at = v.created_at
+  out.continued = continued
+  out.restarted = restarted
+  return copyExtras(v, GYM_KEYS, out) ? (out as GymCollectionManifest) : null
 }
 
 export interface ResolvedCheckpoint {

@@ -3,12 +3,11 @@
 import fc from 'fast-check'
 import {describe, expect, it} from 'vitest'
 
+import {EpisodeIdWire, RolloutIdSchema} from '../../src/protocol/episode-schema.js'
 import {
-  EpisodeIdWire,
   InvalidEpisodeError,
   MAX_ATTEMPT,
   RESERVED_SUFFIX,
-  RolloutIdSchema,
   SAFE_ID_PATTERN,
   captureKey,
   clipInput,

@@ -6,6 +6,7 @@ import {describe, expect, it} from 'vitest'
 import {z} from 'zod'
 
 import {CheckpointStateError} from '../../src/storage/errors.js'
+import {describeIssue} from '../../src/storage/manifest-schemas.js'
 import {
   CONTROLLER_MANIFEST,
   ControllerManifest,
@@ -13,7 +14,6 @@ import {
   GYM_COLLECTION_MANIFEST,
   LATEST_FILE,
   describeFsError,
-  describeIssue,
   listParticipantDirs,
   publishLatest,
   readCheckpointSummary,
