@@ -1,9 +1,7 @@
 import {existsSync} from 'node:fs'
 import {readdir, stat} from 'node:fs/promises'
 import path from 'node:path'
-import os from 'node:os'
 import {fileURLToPath} from 'node:url'
-import {Worker} from 'node:worker_threads'
 
 import {captureKey, fromWire} from '../protocol/episode.js'
 import {ParticipantManifest} from '../protocol/wire.js'
@@ -126,6 +124,8 @@ async function readAll(dirs: DirJob[], concurrency: number, minBytes: number, ea
   }
   const runWorker = async (first: number) => {
     // Not --input-type, which only applies to the main entry of `node -e`.
+    // Imported here: a small checkpoint is read in this thread, and its verify should start fast.
+    const {Worker} = await import('node:worker_threads')
     const w = new Worker(WORKER_URL, {execArgv: process.execArgv.filter((a) => !a.startsWith('--input-type'))})
     try {
       for (let i = first; i >= 0; i = take()) {
@@ -200,7 +200,8 @@ export async function verifyCheckpoint(location: string, opts: VerifyOptions = {
 
   const dirs = await listParticipantDirs(checkpointDir)
   if (dirs.length === 0) problems.push({severity: 'error', where: checkpointDir, message: 'no participant state under gym/'})
-  const concurrency = Math.max(1, opts.concurrency ?? os.availableParallelism())
+  // navigator.hardwareConcurrency is os.availableParallelism() without loading node:os (start-up).
+  const concurrency = Math.max(1, opts.concurrency ?? navigator.hardwareConcurrency)
   const results: VerifiedParticipant[] = dirs.map((d) => ({...d, ok: false, records: 0, bytes: 0, recordsSha256: null, episodes: [], inScope: 0, outsideScope: 0, scopeWithoutRecord: 0}))
   const scope = new Set(report.continued)
   // Problems per directory, reported in directory order whichever thread finishes first.
