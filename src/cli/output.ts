@@ -1,6 +1,7 @@
 import color from 'ansis'
 
 import type {CommitOutcome, ParticipantTiming} from '../coordination/controller.js'
+import type {DiscoveredParticipant} from '../coordination/discover.js'
 import {EpisodeId, EpisodeIdWire, captureKey, toWire} from '../protocol/episode.js'
 
 /** Human output: tables on stdout, notes and progress on stderr. */
@@ -92,4 +93,25 @@ export function timingsTable(t: ParticipantTiming[]): string {
   const rows = timingsJson(t)
   const phases = (['prepare_ms', 'commit_ms', 'restore_ms', 'resume_ms'] as const).filter((k) => rows.some((r) => r[k] !== null))
   return table(rows, ['server', 'kind', 'instance', ...phases, 'records', 'bytes'])
+}
+
+/** status's --json rows: each participant's status report, snake_case as on the wire. */
+export function statusJson(participants: DiscoveredParticipant[]) {
+  return participants.map((p) => {
+    const s = p.status
+    return {
+      server: p.server,
+      kind: p.kind,
+      instance: p.instance,
+      phase: s.phase,
+      checkpoint_id: s.checkpoint_id,
+      lease_expires_at: s.lease_expires_at,
+      ready: s.report.ready,
+      blocker_count: s.report.blocker_count ?? s.report.blockers.length,
+      blockers: s.report.blockers,
+      restarts: s.report.restarts,
+      retired_rollouts: s.retired_rollouts,
+      counts: s.report.counts,
+    }
+  })
 }

@@ -1,5 +1,5 @@
 import {FleetCommand, fleetExitCodes} from '../cli/base.js'
-import {table} from '../cli/output.js'
+import {statusJson, table} from '../cli/output.js'
 import {CoordinationError, failureMessage} from '../coordination/errors.js'
 import type {CommandJson} from '../cli/json-schemas.js'
 
@@ -12,23 +12,7 @@ with their error, and the command then exits 3.\n\n${fleetExitCodes()}`
 
   async run(): Promise<CommandJson<'status'>> {
     const {discovery} = await this.connect({tolerant: true})
-    const participants = discovery.participants.map((p) => {
-      const s = p.status
-      return {
-        server: p.server,
-        kind: p.kind,
-        instance: p.instance,
-        phase: s.phase,
-        checkpoint_id: s.checkpoint_id,
-        lease_expires_at: s.lease_expires_at,
-        ready: s.report.ready,
-        blocker_count: s.report.blocker_count ?? s.report.blockers.length,
-        blockers: s.report.blockers,
-        restarts: s.report.restarts,
-        retired_rollouts: s.retired_rollouts,
-        counts: s.report.counts,
-      }
-    })
+    const participants = statusJson(discovery.participants)
     if (!this.jsonEnabled()) {
       const rows = participants.map((p) => ({
         ...p,

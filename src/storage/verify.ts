@@ -4,7 +4,7 @@ import path from 'node:path'
 import {fileURLToPath} from 'node:url'
 
 import {captureKey, fromWire} from '../protocol/episode.js'
-import {ParticipantManifest} from '../protocol/wire.js'
+import type {ParticipantManifest} from '../protocol/wire.js'
 import {CheckpointStateError} from './errors.js'
 import {encodeManifest, readParticipantState, sortFindDuplicates} from './participant-store.js'
 import {listParticipantDirs, readCheckpointSummary, resolveCheckpoint} from './root.js'

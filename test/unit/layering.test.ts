@@ -78,6 +78,32 @@ describe('layering (DESIGN.md)', () => {
     expect(bad).toEqual([])
   })
 
+  it("verify's fast path (bin/run.js, before oclif) reaches no oclif, listr2, undici, yaml or zod module through its static imports", async () => {
+    const files = new Map((await sources()).map((f) => [f.file, f]))
+    const heavy = ['@oclif/core', 'listr2', 'undici', 'yaml', 'zod']
+    const bad: string[] = []
+    const seen = new Set<string>()
+    // Static imports only: a dynamic import() runs only when its code does.
+    const statics = async (file: string): Promise<string[]> =>
+      [...(await readFile(path.join(SRC, file), 'utf8')).matchAll(/^(?:import|export)\s+(?!type\b)[^'"]*?from\s+'([^']+)'/gm)].map((m) => m[1]!)
+    const walk = async (file: string, dynamicRoot: boolean): Promise<void> => {
+      if (seen.has(file)) return
+      seen.add(file)
+      const specs = dynamicRoot ? files.get(file)!.imports : await statics(file)
+      for (const spec of specs) {
+        if (!spec.startsWith('.')) {
+          if (heavy.some((h) => spec === h || spec.startsWith(`${h}/`))) bad.push(`${file} imports ${spec}`)
+          continue
+        }
+        await walk(path.relative(SRC, path.resolve(SRC, path.dirname(file), spec)).replace(/\.js$/, '.ts'), false)
+      }
+    }
+    // fast-verify.ts's own dynamic imports are what it runs once it takes a command line.
+    await walk('cli/fast-verify.ts', true)
+    expect(seen.has('storage/verify.ts')).toBe(true)
+    expect(bad).toEqual([])
+  })
+
   it('the rule can fail: a coordination file importing the double is caught', () => {
     expect(layerOf('coordination/x.ts', '../control-plane/fleet.js')).toBe('control-plane')
     expect(ALLOWED.coordination).not.toContain('control-plane')
