@@ -166,6 +166,19 @@ describe('reading: a line whose start is cut by the 1 MiB read chunk', () => {
     })
   }
 
+  it('a line cut at its start that also runs past the next chunk is one record', async () => {
+    const root = await tempDir()
+    const dir = participantDir(root, 'environment', 'env')
+    const long = line('long', 0, `, "s": "${'s'.repeat(MiB + 100)}"`)
+    const lines = [filler(10), long, line('after')]
+    const text = lines.join('\n') + '\n'
+    await handWritten(dir, text, lines.length)
+    expect((await readParticipantState(dir)).keys).toEqual(['fill', 'long', 'after'])
+    const kept = await readParticipantState(dir, {keep: new Set(['long'])})
+    expect(kept.keys).toEqual(['fill', 'long', 'after'])
+    expect(kept.kept.map((k) => pyDumps(k.record))).toEqual([long])
+  })
+
   it('a newline that is the first byte of a chunk ends the line before it', async () => {
     const root = await tempDir()
     const dir = participantDir(root, 'environment', 'env')
