@@ -181,16 +181,22 @@ export async function preparedForCommit(
   if (holders.length && finished && (down.length || lost.length)) {
     const closed = await closeCheckpoint(c, id, opts.deadlineTs, opts.log)
     const after = afterClose(id, closed)
-    const why = [...down.map((f) => `${f.server} is down (${failureMessage(f)})`), ...lost.map((p) => `${p.server} holds no checkpoint (restarted, or its lease expired)`)].join('; ')
+    // Servers that are down reopen by themselves when their lease runs out; a policy model that no
+    // longer takes part (no_model) holds nothing to reopen.
+    const unreachable = down.filter((f) => f.code !== 'no_model')
+    const why = [
+      ...down.map((f) => (f.code === 'no_model' ? 'no policy model takes part any more (its server answers without checkpoint routes)' : `${f.server} is down (${failureMessage(f)})`)),
+      ...lost.map((p) => `${p.server} holds no checkpoint (restarted, or its lease expired)`),
+    ].join('; ')
     const state =
-      closed.resumed && down.length
-        ? `every reachable participant was resumed; ${down.map((f) => f.server).join(', ')} reopen(s) by itself when its lease expires, or resume again once it is back`
+      closed.resumed && unreachable.length
+        ? `every reachable participant was resumed; ${unreachable.map((f) => f.server).join(', ')} reopen(s) by itself when its lease expires, or resume again once it is back`
         : after.text
     throw new ControllerError(
       down.length ? 'discovery' : 'participant',
       `checkpoint '${id}' cannot be committed: ${why}; nothing was committed; ${state}. Checkpoint again (a new ID) once every server is back.`,
       {checkpoint_id: id, unreachable: down.map((f) => ({server: f.server, message: failureMessage(f)})), lost: lost.map((p) => p.server)},
-    ).withNext(...(down.length ? [nextStep('resume', ['--id', id])] : after.next))
+    ).withNext(...(unreachable.length ? [nextStep('resume', ['--id', id])] : after.next))
   }
   if (down.length) throw new CoordinationError('discover', down, 'every participant must answer before a commit; nothing was sent').withNext(nextStep('commit', ['--id', id, ...(opts.again ?? [])]))
   const notPrepared = discovery.participants.filter((p) => !isPrepared(p))

@@ -253,8 +253,11 @@ describe('preparedForCommit: what a stateless commit commits', () => {
     expect(d.failures.map((f) => f.code)).toEqual(['no_model'])
     const err = await caught(preparedForCommit(c, d, {deadlineTs: soon()}))
     expect(err.code).toBe('discovery')
-    expect(err.message).toMatch(/^checkpoint 'c1' cannot be committed: /)
-    expect(err.message).toMatch(/nothing was committed/)
+    expect(err.message).toMatch(/^checkpoint 'c1' cannot be committed: no policy model takes part any more/)
+    // Nothing is down to reopen by itself: the fleet was resumed, and nothing is left to run but a new checkpoint.
+    expect(err.message).toMatch(/nothing was committed; the fleet was resumed \(checkpoint 'c1' is closed for good\)/)
+    expect(err.message).not.toMatch(/reopen/)
+    expect(err.next).toEqual([])
     expect(await phases(fleet, ['env', 'agent', 'res'])).toEqual({env: 'idle', agent: 'idle', res: 'idle'})
     for (const n of ['env', 'agent', 'res']) expect(sent(fleet)[n]).toEqual(['prepare', 'resume'])
   })
