@@ -14,6 +14,7 @@ import {ControllerError, CoordinationError, nextStep} from '../../src/coordinati
 import {Coordinator, prepare} from '../../src/coordination/operations.js'
 import {FULL, TOKEN, control, later, soon, startFleet, waitFor} from '../helpers/fleet.js'
 import {tempDir} from '../helpers/tmp.js'
+import {rejection} from '../helpers/errors.js'
 
 const PARTICIPANTS = ['env', 'policy', 'agent', 'res']
 
@@ -61,14 +62,7 @@ async function restartEmpty(fleet: Fleet, name: string, kind: MemberKind): Promi
   later(() => s.close())
 }
 
-async function caught(p: Promise<unknown>): Promise<ControllerError> {
-  const err = await p.then(
-    () => null,
-    (e: unknown) => e,
-  )
-  expect(err).toBeInstanceOf(ControllerError)
-  return err as ControllerError
-}
+const caught = (p: Promise<unknown>) => rejection(p, ControllerError)
 
 /** A fleet of FULL with checkpoint `id` prepared everywhere. */
 async function preparedFleet(id = 'c1'): Promise<Fleet> {

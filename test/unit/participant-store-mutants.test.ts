@@ -12,6 +12,7 @@ import {CheckpointStateError, WriteStoppedError} from '../../src/storage/errors.
 import {encodeManifest, participantDir, readParticipantState, writeParticipantState} from '../../src/storage/participant-store.js'
 import {pyDumps} from '../../src/storage/pyjson.js'
 import {tempDir} from '../helpers/tmp.js'
+import {rejection} from '../helpers/errors.js'
 
 const line = (r: string, attempt = 0, extra = '') => `{"episode_id": {"rollout_id": "${r}", "attempt": ${attempt}}${extra}}`
 const sha256 = (s: string | Buffer) => createHash('sha256').update(s).digest('hex')
@@ -33,14 +34,7 @@ async function handWritten(dir: string, records: string | Buffer, recordCount: n
   await writeFile(path.join(dir, 'manifest.json'), encodeManifest(m))
 }
 
-async function stateError(p: Promise<unknown>): Promise<CheckpointStateError> {
-  const err = await p.then(
-    () => null,
-    (e: unknown) => e,
-  )
-  expect(err).toBeInstanceOf(CheckpointStateError)
-  return err as CheckpointStateError
-}
+const stateError = (p: Promise<unknown>) => rejection(p, CheckpointStateError)
 
 describe('writing', () => {
   it('a write stopped part way closes the source of its records, sync or async', async () => {

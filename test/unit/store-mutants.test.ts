@@ -11,6 +11,7 @@ import {CheckpointStateError, WriteStoppedError} from '../../src/storage/errors.
 import {RECORDS_FILE_PATTERN, encodeManifest, participantDir, readParticipantState, sortFindDuplicates, writeParticipantState} from '../../src/storage/participant-store.js'
 import {pyDumps} from '../../src/storage/pyjson.js'
 import {tempDir} from '../helpers/tmp.js'
+import {rejection} from '../helpers/errors.js'
 
 const line = (r: string, attempt = 0, extra = '') => `{"episode_id": {"rollout_id": "${r}", "attempt": ${attempt}}${extra}}`
 const sha256 = (s: string | Buffer) => createHash('sha256').update(s).digest('hex')
@@ -35,14 +36,7 @@ async function handWritten(dir: string, records: string | Buffer, manifest: Reco
   return m
 }
 
-async function stateError(p: Promise<unknown>): Promise<CheckpointStateError> {
-  const err = await p.then(
-    () => null,
-    (e: unknown) => e,
-  )
-  expect(err).toBeInstanceOf(CheckpointStateError)
-  return err as CheckpointStateError
-}
+const stateError = (p: Promise<unknown>) => rejection(p, CheckpointStateError)
 
 describe('commit conflicts', () => {
   it('a conflicting commit with the same records but another checkpoint ID keeps the records file the committed manifest names', async () => {
