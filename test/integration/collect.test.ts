@@ -358,11 +358,12 @@ describe('collect --resume after a crash (collector SIGKILLed, every server cras
     const {continued, restarted} = (await readCheckpointSummary(path.join(w.root, ckptId)))!
     expect(restarted).toEqual([{rollout_id: 'r03', attempt: 0}])
     const inCkpt = new Set([...continued, ...restarted].map((e) => e.rollout_id))
-    // Crash once two rows were sent after the checkpoint and are still running.
+    // Crash as soon as one row sent after the checkpoint is still running: waiting for more gave a
+    // loaded machine time to finish every continued row first, leaving nothing to continue.
     await waitFor(
       async () => {
         const done = new Set((await readOutput(w.output)).map((r) => r._ng_rollout_id))
-        return new Set((await readDispatched(w.root)).entries.map(([r]) => r).filter((r) => !inCkpt.has(r) && !done.has(r))).size >= 2
+        return new Set((await readDispatched(w.root)).entries.map(([r]) => r).filter((r) => !inCkpt.has(r) && !done.has(r))).size >= 1
       },
       15_000,
       'rows dispatched after the checkpoint',
