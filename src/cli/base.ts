@@ -41,7 +41,8 @@ export const timeoutFlag = seconds({summary: 'Seconds the operation may take (se
 export abstract class BaseCommand<T extends typeof Command> extends Command {
   static override enableJsonFlag = true
   static override baseFlags = {
-    // ansis reads --no-color (and NO_COLOR, FORCE_COLOR) itself; the flag is declared so oclif accepts it.
+    // cli/color.ts reads --[no-]color off argv (before flags are parsed, and on verify's fast path);
+    // declared so that oclif accepts it and lists it.
     color: Flags.boolean({summary: 'Colour the output (default: on a terminal, unless NO_COLOR is set).', allowNo: true, helpGroup: 'GLOBAL'}),
     config: Flags.string({summary: 'Config file with named contexts (default: config.yaml in the config directory; or GYMCKPT_CONFIG).', helpGroup: 'GLOBAL'}),
     context: Flags.string({summary: 'Context of the config file to use (default: its current-context; or GYMCKPT_CONTEXT).', helpGroup: 'GLOBAL'}),

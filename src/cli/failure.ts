@@ -1,10 +1,10 @@
 // The one mapping from an error to what the operator sees: exit code, the --json failure document
 // or the human lines on stderr. Used by the command base (oclif) and by the fast path of verify
 // (bin/run.js), so both fail with the same bytes.
-import color from 'ansis'
 
 import {ControllerError, CoordinationError, NextStep} from '../coordination/errors.js'
 import {CheckpointStateError} from '../storage/errors.js'
+import {errColor} from './color.js'
 import {EXIT} from './exit-codes.js'
 import {JSON_SCHEMA_VERSION} from './json-version.js'
 import {timingsJson, timingsTable, warnings} from './output.js'
@@ -58,7 +58,7 @@ export function reportFailure(err: Error & {oclif?: {exit?: number}}, opts: {jso
     })
   } else {
     if (timings) process.stderr.write(`${timingsTable(timings)}\n`)
-    process.stderr.write(`${color.red('error:')} ${err.message}\n`)
+    process.stderr.write(`${errColor.red('error:')} ${err.message}\n`)
     for (const n of next) process.stderr.write(`next: ${n}\n`)
     if (code === EXIT.internal && err.stack) process.stderr.write(`${err.stack}\n`)
   }

@@ -1,11 +1,10 @@
-import color from 'ansis'
-
+import {color, errColor, type Styler} from './color.js'
 import type {CommitOutcome, ParticipantTiming} from '../coordination/controller.js'
 import type {DiscoveredParticipant} from '../coordination/discover.js'
 import {EpisodeId, EpisodeIdWire, captureKey, toWire} from '../protocol/episode.js'
 
 /** Human output: tables on stdout, notes and progress on stderr. */
-export function table(rows: Record<string, unknown>[], columns: string[]): string {
+export function table(rows: Record<string, unknown>[], columns: string[], c: Styler = color): string {
   if (rows.length === 0) return '(none)'
   const cells = rows.map((r) => columns.map((c) => fmt(r[c])))
   const widths = columns.map((c, i) => Math.max(c.length, ...cells.map((row) => row[i]!.length)))
@@ -14,7 +13,7 @@ export function table(rows: Record<string, unknown>[], columns: string[]): strin
       .map((v, i) => v.padEnd(widths[i]!))
       .join('  ')
       .trimEnd()
-  return [color.bold(line(columns.map((c) => c.toUpperCase()))), ...cells.map(line)].join('\n')
+  return [c.bold(line(columns.map((c) => c.toUpperCase()))), ...cells.map(line)].join('\n')
 }
 
 function fmt(v: unknown): string {
@@ -33,7 +32,7 @@ export const warnings: string[] = []
 
 export function warn(msg: string): void {
   warnings.push(msg)
-  process.stderr.write(`${color.yellow('warning:')} ${msg}\n`)
+  process.stderr.write(`${errColor.yellow('warning:')} ${msg}\n`)
 }
 
 export function keys(episodes: EpisodeId[], max = 20): string {
@@ -88,11 +87,11 @@ export function timingsJson(t: ParticipantTiming[]) {
   }))
 }
 
-/** The timing table printed at the end of checkpoint, commit and restore: only the phases that ran. */
+/** The timing table printed (on stderr) at the end of checkpoint, commit and restore: only the phases that ran. */
 export function timingsTable(t: ParticipantTiming[]): string {
   const rows = timingsJson(t)
   const phases = (['prepare_ms', 'commit_ms', 'restore_ms', 'resume_ms'] as const).filter((k) => rows.some((r) => r[k] !== null))
-  return table(rows, ['server', 'kind', 'instance', ...phases, 'records', 'bytes'])
+  return table(rows, ['server', 'kind', 'instance', ...phases, 'records', 'bytes'], errColor)
 }
 
 /** status's --json rows: each participant's status report, snake_case as on the wire. */

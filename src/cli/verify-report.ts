@@ -1,9 +1,8 @@
 // What `gymckpt verify` does and shows, below the command: the oclif command and the fast path in
 // bin/run.js (which answers a fully specified verify without loading oclif) both call it.
-import color from 'ansis'
-
 import {ControllerError} from '../coordination/errors.js'
 import {verifyCheckpoint} from '../storage/verify.js'
+import {color, errColor} from './color.js'
 import type {CommandJson} from './json-schemas.js'
 import {note, table} from './output.js'
 
@@ -37,7 +36,7 @@ export async function verifyReport(location: string, id: string | undefined, opt
   }
   if (!opts.json) {
     opts.log(table(json.participants, ['kind', 'instance', 'ok', 'records', 'in_scope', 'outside_scope', 'scope_without_record', 'bytes']))
-    for (const p of report.problems) note(`${p.severity === 'error' ? color.red('error') : p.severity === 'warning' ? color.yellow('warning') : 'note'}: ${p.where}: ${p.message}`)
+    for (const p of report.problems) note(`${p.severity === 'error' ? errColor.red('error') : p.severity === 'warning' ? errColor.yellow('warning') : 'note'}: ${p.where}: ${p.message}`)
     const installs = report.participants.reduce((n, p) => n + p.inScope, 0)
     opts.log(
       `${report.ok ? color.green('valid') : color.red('INVALID')}: ${report.checkpointId} (${report.continued.length} continued, ${report.restarted.length} restarted; ` +

@@ -1,7 +1,7 @@
 import {Flags} from '@oclif/core'
-import color from 'ansis'
 
 import {FleetCommand, fleetExitCodes} from '../cli/base.js'
+import {color, errColor} from '../cli/color.js'
 import {seconds} from '../cli/flags.js'
 import {note, table} from '../cli/output.js'
 import {conformanceJson, runConformance, selectChecks} from '../coordination/conformance.js'
@@ -67,7 +67,7 @@ export default class Conformance extends FleetCommand<typeof Conformance> {
           ['check', 'section', 'server', 'result', 'message'],
         ),
       )
-      for (const r of report.results.filter((x) => x.result === 'fail')) note(`${color.red('fail')} ${r.id} on ${r.server ?? 'the fleet'}: ${r.section} ${r.rule}\n  ${r.message}`)
+      for (const r of report.results.filter((x) => x.result === 'fail')) note(`${errColor.red('fail')} ${r.id} on ${r.server ?? 'the fleet'}: ${r.section} ${r.rule}\n  ${r.message}`)
       if (report.checkpointDir) note(`the checkpoint directory was kept: ${report.checkpointDir}`)
       const {pass, fail, skip} = report.counts
       note(

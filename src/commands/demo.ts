@@ -1,8 +1,8 @@
 import {Flags} from '@oclif/core'
-import color from 'ansis'
 
 import {BaseCommand} from '../cli/base.js'
 import {exitCodesHelp} from '../cli/exit-codes.js'
+import {color, errColor} from '../cli/color.js'
 import {note} from '../cli/output.js'
 import {ControllerError} from '../coordination/errors.js'
 import {runCollectDemo} from '../demo/collect-scenario.js'
@@ -43,7 +43,7 @@ run; it passes when the output, sorted by rollout ID, equals an uninterrupted ru
       stepMs: this.flags['step-ms'],
       restarts: this.flags.restarts,
       root: this.flags.root,
-      log: this.jsonEnabled() ? undefined : (m) => note(color.dim(m)),
+      log: this.jsonEnabled() ? undefined : (m) => note(errColor.dim(m)),
     })
     if (!this.jsonEnabled()) {
       this.log(
@@ -85,7 +85,7 @@ run; it passes when the output, sorted by rollout ID, equals an uninterrupted ru
       stepMs: this.flags['step-ms'],
       restarts: this.flags.restarts,
       dir: this.flags.root,
-      log: this.jsonEnabled() ? undefined : (m) => note(color.dim(m)),
+      log: this.jsonEnabled() ? undefined : (m) => note(errColor.dim(m)),
     })
     const bad = r.missing.length + r.duplicated.length + r.mismatches.length
     if (!this.jsonEnabled()) {

@@ -1,9 +1,9 @@
 import {existsSync} from 'node:fs'
 
 import {Args, Flags} from '@oclif/core'
-import color from 'ansis'
 
 import {BaseCommand} from '../cli/base.js'
+import {color, errColor} from '../cli/color.js'
 import {checkpointId, rootFlag} from '../cli/flags.js'
 import {exitCodesHelp} from '../cli/exit-codes.js'
 import {describeJson} from '../cli/catalog-json.js'
@@ -93,7 +93,7 @@ export default class Describe extends BaseCommand<typeof Describe> {
     )
     for (const r of json.restores) if (r.error) this.log(`${r.restore_id}: ${r.error}`)
     if (json.verify) {
-      for (const p of json.verify.problems) note(`${p.severity === 'error' ? color.red('error') : p.severity === 'warning' ? color.yellow('warning') : 'note'}: ${p.where}: ${p.message}`)
+      for (const p of json.verify.problems) note(`${p.severity === 'error' ? errColor.red('error') : p.severity === 'warning' ? errColor.yellow('warning') : 'note'}: ${p.where}: ${p.message}`)
       this.log(json.verify.valid ? color.green('valid') : color.red('INVALID'))
     }
   }

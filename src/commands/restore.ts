@@ -1,5 +1,6 @@
 import {Args, Flags} from '@oclif/core'
 
+import {errColor} from '../cli/color.js'
 import {checkpointId, rootFlag} from '../cli/flags.js'
 import {FleetCommand, timeoutFlag, fleetExitCodes} from '../cli/base.js'
 import {episodesJson, keys, note, table, timingsJson, timingsTable} from '../cli/output.js'
@@ -91,6 +92,7 @@ Progress (each phase's stage, the servers still pending, the time left to the de
       table(
         plan.participants.map((p) => ({server: p.server, kind: p.kind, instance: p.instance, records: p.records, install: p.install, skip: p.skip})),
         ['server', 'kind', 'instance', 'records', 'install', 'skip'],
+        errColor,
       ),
     )
     const verb = dryRun ? 'would ' : ''

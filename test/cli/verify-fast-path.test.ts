@@ -49,6 +49,9 @@ describe('verify without oclif: the same answers as through oclif', {timeout: 12
     }
     // Colour forced on: the same escape codes either way.
     expect((await bothPaths(['verify', root], {NO_COLOR: '', FORCE_COLOR: '1'})).stdout).toContain('\u001b[')
+    // The flag beats the environment, either way round.
+    expect((await bothPaths(['verify', root, '--no-color'], {NO_COLOR: '', FORCE_COLOR: '1'})).stdout).not.toContain('\u001b[')
+    expect((await bothPaths(['verify', root, '--color'], {NO_COLOR: '1', FORCE_COLOR: '0'})).stdout).toContain('\u001b[32mvalid\u001b[39m')
   })
 
   it('failures: an invalid checkpoint, an unknown ID, a missing directory exit as through oclif, JSON and human', async () => {

@@ -1,0 +1,76 @@
+// Colour for human output (src/cli/color.ts): the flag beats the environment, and otherwise the
+// decision is Node's own (tty.WriteStream.hasColors for a terminal, FORCE_COLOR for anything else).
+import {describe, expect, it} from 'vitest'
+
+import {colorFlag, platformColors, styler} from '../../src/cli/color.js'
+
+/** A stand-in for a stream: a terminal with the colour support `colors` answers, or a pipe. */
+function stream(tty: false | ((count?: number, env?: object) => boolean)): NodeJS.WriteStream {
+  return (tty === false ? {isTTY: false} : {isTTY: true, hasColors: tty}) as unknown as NodeJS.WriteStream
+}
+
+describe('colorFlag', () => {
+  it('reads the last --color / --no-color before --, and nothing else', () => {
+    expect(colorFlag([])).toBeUndefined()
+    expect(colorFlag(['verify', '/r'])).toBeUndefined()
+    expect(colorFlag(['verify', '--color'])).toBe(true)
+    expect(colorFlag(['--no-color', 'verify'])).toBe(false)
+    expect(colorFlag(['--color', '--no-color'])).toBe(false)
+    expect(colorFlag(['--no-color', '--color'])).toBe(true)
+    expect(colorFlag(['--', '--color'])).toBeUndefined()
+    expect(colorFlag(['--color', '--', '--no-color'])).toBe(true)
+    expect(colorFlag(['--colors', '--color=false', '-color'])).toBeUndefined()
+  })
+})
+
+describe('platformColors', () => {
+  it('asks a terminal (with the environment) whether it shows 16 colours', () => {
+    const asked: unknown[][] = []
+    const env = {TERM: 'xterm'}
+    expect(
+      platformColors(
+        stream((...a) => (asked.push(a), true)),
+        env,
+      ),
+    ).toBe(true)
+    expect(asked).toEqual([[16, env]])
+    expect(
+      platformColors(
+        stream(() => false),
+        {},
+      ),
+    ).toBe(false)
+  })
+
+  it('colours a pipe or a file only when FORCE_COLOR asks for 16 colours or more', () => {
+    for (const force of ['', '1', 'true', '2', '3']) expect(platformColors(stream(false), {FORCE_COLOR: force}), `FORCE_COLOR=${force}`).toBe(true)
+    for (const force of [undefined, '0', 'false', '4', 'yes']) expect(platformColors(stream(false), {FORCE_COLOR: force}), `FORCE_COLOR=${force}`).toBe(false)
+  })
+})
+
+describe('styler', () => {
+  it('wraps text in SGR codes when on', () => {
+    const c = styler(() => stream(false), true)
+    expect([c.bold('b'), c.dim('d'), c.red('r'), c.green('g'), c.yellow('y')]).toEqual([
+      '\u001b[1mb\u001b[22m',
+      '\u001b[2md\u001b[22m',
+      '\u001b[31mr\u001b[39m',
+      '\u001b[32mg\u001b[39m',
+      '\u001b[33my\u001b[39m',
+    ])
+  })
+
+  it('leaves text alone when off, whatever the stream', () => {
+    const c = styler(() => stream(() => true), false)
+    expect([c.bold('b'), c.dim('d'), c.red('r'), c.green('g'), c.yellow('y')]).toEqual(['b', 'd', 'r', 'g', 'y'])
+  })
+
+  it('without the flag, asks its own stream once, on first use', () => {
+    let asked = 0
+    const c = styler(() => (asked++, stream(() => true)), undefined)
+    expect(asked).toBe(0)
+    expect(c.red('x')).toBe('\u001b[31mx\u001b[39m')
+    expect(c.green('y')).toBe('\u001b[32my\u001b[39m')
+    expect(asked).toBe(1)
+  })
+})
