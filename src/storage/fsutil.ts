@@ -1,10 +1,18 @@
-import {randomBytes} from 'node:crypto'
 import {constants} from 'node:fs'
 import {link, mkdir, open, rename, stat, unlink} from 'node:fs/promises'
 import path from 'node:path'
 
+/**
+ * A temporary file's name next to its final one: `.NAME.` and 8 hex digits, as Gym's collector
+ * names its own (the collector's prune removes leftovers of both by that shape). The random part
+ * needs no secrecy, only spread, so it is not node:crypto's: loading that costs every short
+ * command ~10 ms.
+ */
 export function tempName(dir: string, base: string): string {
-  return path.join(dir, `.${base}.${randomBytes(4).toString('hex')}`)
+  const random = Math.floor(Math.random() * 2 ** 32)
+    .toString(16)
+    .padStart(8, '0')
+  return path.join(dir, `.${base}.${random}`)
 }
 
 /** fsync a directory so the entries created in it survive a host crash. */

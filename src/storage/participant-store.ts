@@ -1,4 +1,3 @@
-import {createHash} from 'node:crypto'
 import {isAscii, isUtf8} from 'node:buffer'
 import {lstat, mkdir, open, readFile, realpath, rename, unlink} from 'node:fs/promises'
 import path from 'node:path'
@@ -8,6 +7,7 @@ import type {ParticipantManifest} from '../protocol/wire.js'
 import {CheckpointStateError, WriteStoppedError} from './errors.js'
 import {JsonScanner, PREFIX_BYTES, ScanError, episodeFromPrefix} from './jsonscan.js'
 import {createExclusive, fsyncDir, fsyncUpTo, tempName} from './fsutil.js'
+import {type Hasher, loadCrypto, sha256Hasher} from './sha256.js'
 import {MAX_NESTING, PyValue, isPyDict, pyGet, pyLoads} from './pyjson.js'
 
 export const STATE_SCHEMA_VERSION = 1
@@ -82,7 +82,7 @@ async function writeInner(opts: WriteStateOptions, lines: Iterable<string | Buff
   const tmp = tempName(dir, 'records.jsonl')
   let published = false
   try {
-    const hash = createHash('sha256')
+    const hash = (await loadCrypto()).createHash('sha256')
     let count = 0
     let fh
     try {
@@ -278,10 +278,8 @@ export async function readParticipantState(dir: string, opts: ReadStateOptions =
 async function readInner(dir: string, opts: ReadStateOptions): Promise<ReadStateResult> {
   const manifestPath = path.join(dir, MANIFEST_FILE)
   const base = opts.within === undefined ? null : await realpath(opts.within)
-  if (base !== null) {
-    await staysInside(opts.within!, base, dir)
-    await staysInside(opts.within!, base, manifestPath)
-  }
+  // Both resolved at once (each is a thread-pool round trip); a failure is reported in this order.
+  if (base !== null) await inOrder([staysInside(opts.within!, base, dir), staysInside(opts.within!, base, manifestPath)])
   let text: string
   try {
     text = await readFile(manifestPath, 'utf8')
@@ -307,12 +305,13 @@ async function readInner(dir: string, opts: ReadStateOptions): Promise<ReadState
   }
   const recordsPath = path.join(dir, m.records_file)
   if (base !== null) await staysInside(opts.within!, base, recordsPath)
-  const hash = createHash('sha256')
   const reader = new RecordsReader(recordsPath, opts.keep ?? null)
   let bytes = 0
   const fh = await open(recordsPath, 'r')
   let next: Promise<{bytesRead: number}> | null = null
+  let sha: string
   try {
+    let hash: Hasher | undefined
     // Two buffers: the next chunk is read while this one is hashed and scanned.
     const bufs = [Buffer.allocUnsafe(READ_CHUNK), Buffer.allocUnsafe(READ_CHUNK)]
     let which = 0
@@ -322,6 +321,8 @@ async function readInner(dir: string, opts: ReadStateOptions): Promise<ReadState
       next = null
       if (bytesRead === 0) break
       const chunk = bufs[which]!.subarray(0, bytesRead)
+      // A first read short of a chunk is (nearly always) the whole file: its size picks the hasher.
+      hash ??= await sha256Hasher(bytesRead < READ_CHUNK ? bytesRead : Infinity)
       const at = bytes
       bytes += bytesRead
       which ^= 1
@@ -336,12 +337,12 @@ async function readInner(dir: string, opts: ReadStateOptions): Promise<ReadState
       }
     }
     reader.end()
+    sha = (hash ?? (await sha256Hasher(0))).digest('hex')
   } finally {
     await next?.catch(() => {})
     await fh.close()
   }
   const {keys, kept} = reader
-  const sha = hash.digest('hex')
   if (m.records_sha256 !== sha) throw new CheckpointStateError(`${recordsPath} does not match its manifest digest`)
   const named = /^records-([0-9a-f]{64})\.jsonl$/.exec(m.records_file)?.[1]
   if (base !== null && named !== undefined && named !== sha) {
@@ -568,6 +569,11 @@ class RecordsReader {
  * Throws when `target` (under `root`, whose real path is `base`) resolves outside `base`, naming
  * the first symlink on the way that leaves it. A path that does not exist is left to the reader.
  */
+/** Waits for every promise; then throws the first failure in the given order, not in time order. */
+async function inOrder(all: Promise<void>[]): Promise<void> {
+  for (const r of await Promise.allSettled(all)) if (r.status === 'rejected') throw r.reason
+}
+
 async function staysInside(root: string, base: string, target: string): Promise<void> {
   const inside = (p: string) => {
     const rel = path.relative(base, p)

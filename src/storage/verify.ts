@@ -91,12 +91,23 @@ export async function verifyDir(job: DirJob): Promise<DirResult> {
 const WORKER_URL = new URL('./verify-worker.js', import.meta.url)
 const WORKER_MIN_BYTES = 64 << 20
 
+/** The bytes in the directories, all asked at once: each file system call is a thread-pool round trip. */
 async function totalBytes(dirs: {dir: string}[]): Promise<number> {
-  let n = 0
-  for (const d of dirs) {
-    for (const f of await readdir(d.dir).catch(() => [] as string[])) n += (await stat(path.join(d.dir, f)).catch(() => ({size: 0}))).size
-  }
-  return n
+  const sizes = await Promise.all(
+    dirs.map(async (d) => {
+      const files = await readdir(d.dir).catch(() => [] as string[])
+      const each = await Promise.all(
+        files.map((f) =>
+          stat(path.join(d.dir, f)).then(
+            (s) => s.size,
+            () => 0,
+          ),
+        ),
+      )
+      return each.reduce((a, b) => a + b, 0)
+    }),
+  )
+  return sizes.reduce((a, b) => a + b, 0)
 }
 
 /**
@@ -147,8 +158,9 @@ async function readAll(dirs: DirJob[], concurrency: number, minBytes: number, ea
     }
   }
   const running = Array.from({length: workers}, () => runWorker(take()))
-  // Without workers, directories are still read several at once: their I/O overlaps.
-  for (let k = workers ? 1 : Math.max(1, threads); k > 0; k--) running.push(runInline())
+  // Without workers (few bytes), every directory is read at once: what costs then is the file
+  // system calls, each a thread-pool round trip, and those overlap.
+  for (let k = workers ? 1 : Math.max(1, dirs.length); k > 0; k--) running.push(runInline())
   // The first failure (a worker that died, an I/O error) stops every thread taking more work, and
   // is raised once every thread has stopped: nothing changes the results after this returns.
   const settled = await Promise.allSettled(running.map((p) => p.catch((err: unknown) => ((failed = true), Promise.reject(err)))))

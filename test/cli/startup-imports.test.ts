@@ -16,13 +16,21 @@ import {tempDir} from '../helpers/tmp.js'
 const HOOK = path.resolve('bench/trace-imports.mjs')
 
 /** A tracer in a fresh temp dir (removed after each test): the packages (of undici, yaml, zod) a command loads, and its exit code. */
-async function tracer(): Promise<(args: string[]) => Promise<{code: number | null; packages: string[]; modules: number}>> {
+async function tracer(): Promise<(args: string[]) => Promise<Traced>> {
   const dir = await tempDir()
   const hook = HOOK
   return (args) => packagesOf(dir, hook, args)
 }
 
-async function packagesOf(dir: string, hook: string, args: string[]): Promise<{code: number | null; packages: string[]; modules: number}> {
+interface Traced {
+  code: number | null
+  packages: string[]
+  modules: number
+  /** Of node:crypto, node:util and node:worker_threads, those the command's own code imported. */
+  builtins: string[]
+}
+
+async function packagesOf(dir: string, hook: string, args: string[]): Promise<Traced> {
   const trace = path.join(dir, `trace-${Math.random().toString(16).slice(2)}.txt`)
   // Asynchronously: the fleet a command talks to answers from this process.
   const code = await new Promise<number | null>((resolve, reject) => {
@@ -31,7 +39,12 @@ async function packagesOf(dir: string, hook: string, args: string[]): Promise<{c
     p.on('close', resolve)
   })
   const urls = (await readFile(trace, 'utf8')).split('\n').filter(Boolean)
-  return {code, packages: ['undici', 'yaml', 'zod'].filter((p) => urls.some((u) => u.includes(`/node_modules/${p}/`))), modules: urls.length}
+  return {
+    code,
+    packages: ['undici', 'yaml', 'zod'].filter((p) => urls.some((u) => u.includes(`/node_modules/${p}/`))),
+    modules: urls.length,
+    builtins: ['node:crypto', 'node:util', 'node:worker_threads'].filter((b) => urls.includes(b)),
+  }
 }
 
 describe('start-up: what each command loads (built CLI under a resolve hook)', {timeout: 120_000}, () => {
@@ -50,6 +63,8 @@ describe('start-up: what each command loads (built CLI under a resolve hook)', {
     const root = await tempDir()
     const {cli} = await import('../helpers/cli.js')
     expect((await cli(['checkpoint', ...fleet.serverArgs().flatMap((s) => ['--server', s]), '--root', root, '--json'])).code).toBe(0)
+    // A small checkpoint is hashed without node:crypto, coloured without node:util, read without workers.
+    expect((await packagesOf(['verify', root])).builtins).toEqual([])
     for (const args of [
       ['verify', root],
       ['list', root],
