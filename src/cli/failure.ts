@@ -7,17 +7,7 @@ import {CheckpointStateError} from '../storage/errors.js'
 import {errColor} from './color.js'
 import {EXIT} from './exit-codes.js'
 import {JSON_SCHEMA_VERSION} from './json-version.js'
-import {timingsJson, timingsTable, warnings} from './output.js'
-
-/** A --json document on stdout, as oclif's logJson writes it (pretty, two spaces, a newline). */
-export function writeJson(doc: unknown): void {
-  process.stdout.write(`${JSON.stringify(doc, null, 2)}\n`)
-}
-
-/** The envelope of every successful --json document. */
-export function successDocument(result: object): object {
-  return {ok: true, schema_version: JSON_SCHEMA_VERSION, warnings, ...result}
-}
+import {timingsJson, timingsTable, warnings, writeJson} from './output.js'
 
 /**
  * Reports `err` (its --json document on stdout, or `error:` and `next:` lines on stderr) and

@@ -45,12 +45,14 @@ export function fastVerifyArgs(argv: string[], env: NodeJS.ProcessEnv = process.
 export async function fastVerify(argv: string[]): Promise<number | null> {
   const args = fastVerifyArgs(argv)
   if (!args) return null
-  const [{verifyReport}, {reportFailure, successDocument, writeJson}, {renderNext}] = await Promise.all([import('./verify-report.js'), import('./failure.js'), import('./next.js')])
+  const [{verifyReport}, {successDocument, writeJson}] = await Promise.all([import('./verify-report.js'), import('./output.js')])
   try {
     const doc = await verifyReport(args.location, args.id, {json: args.json, log: (line) => process.stdout.write(`${line}\n`)})
     if (args.json) writeJson(successDocument(doc))
     return 0
   } catch (err) {
+    // The failure path's modules load only on failure (a few ms of a valid checkpoint's start-up).
+    const [{reportFailure}, {renderNext}] = await Promise.all([import('./failure.js'), import('./next.js')])
     return reportFailure(err as Error, {json: args.json, nextLine: (s) => renderNext('gymckpt', s, {})})
   }
 }

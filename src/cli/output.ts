@@ -1,4 +1,5 @@
 import {color, errColor, type Styler} from './color.js'
+import {JSON_SCHEMA_VERSION} from './json-version.js'
 import type {CommitOutcome, ParticipantTiming} from '../coordination/controller.js'
 import type {DiscoveredParticipant} from '../coordination/discover.js'
 import {EpisodeId, EpisodeIdWire, captureKey, toWire} from '../protocol/episode.js'
@@ -33,6 +34,16 @@ export const warnings: string[] = []
 export function warn(msg: string): void {
   warnings.push(msg)
   process.stderr.write(`${errColor.yellow('warning:')} ${msg}\n`)
+}
+
+/** A --json document on stdout, as oclif's logJson writes it (pretty, two spaces, a newline). */
+export function writeJson(doc: unknown): void {
+  process.stdout.write(`${JSON.stringify(doc, null, 2)}\n`)
+}
+
+/** The envelope of every successful --json document. */
+export function successDocument(result: object): object {
+  return {ok: true, schema_version: JSON_SCHEMA_VERSION, warnings, ...result}
 }
 
 export function keys(episodes: EpisodeId[], max = 20): string {
