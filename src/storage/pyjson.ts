@@ -92,6 +92,8 @@ for (const [c, e] of [
 ] as const)
   SHORT_ESCAPE[c.charCodeAt(0)] = e.charCodeAt(0)
 const HEX_DIGIT = Buffer.from('0123456789abcdef')
+/** What json.dumps escapes (ensure_ascii): everything outside ' '..'~', and `"` and `\\`. */
+const NEEDS_ESCAPE = /[^\x20\x21\x23-\x5b\x5d-\x7e]/g
 
 class ByteWriter {
   private static scratch = Buffer.allocUnsafe(1 << 16)
@@ -173,23 +175,27 @@ class ByteWriter {
     const b = this.buf
     let n = this.n
     b[n++] = 0x22
-    for (let i = 0; i < len; i++) {
-      const c = s.charCodeAt(i)
-      if (c >= 0x20 && c < 0x7f && c !== 0x22 && c !== 0x5c) {
-        b[n++] = c
-        continue
-      }
+    let i = 0
+    NEEDS_ESCAPE.lastIndex = 0
+    for (;;) {
+      // The next character to escape (the regex runs natively; test() allocates no match).
+      const j = NEEDS_ESCAPE.test(s) ? NEEDS_ESCAPE.lastIndex - 1 : len
+      // The plain run before it: a short one byte by byte, a long one in one native copy.
+      if (j - i < 16) for (let k = i; k < j; k++) b[n++] = s.charCodeAt(k)
+      else n += b.write(i === 0 && j === len ? s : s.slice(i, j), n, 'latin1')
+      if (j === len) break
+      const c = s.charCodeAt(j)
       b[n++] = 0x5c
       const short = SHORT_ESCAPE[c]
-      if (short !== undefined) {
-        b[n++] = short
-        continue
+      if (short !== undefined) b[n++] = short
+      else {
+        b[n++] = 0x75
+        b[n++] = HEX_DIGIT[(c >> 12) & 15]!
+        b[n++] = HEX_DIGIT[(c >> 8) & 15]!
+        b[n++] = HEX_DIGIT[(c >> 4) & 15]!
+        b[n++] = HEX_DIGIT[c & 15]!
       }
-      b[n++] = 0x75
-      b[n++] = HEX_DIGIT[(c >> 12) & 15]!
-      b[n++] = HEX_DIGIT[(c >> 8) & 15]!
-      b[n++] = HEX_DIGIT[(c >> 4) & 15]!
-      b[n++] = HEX_DIGIT[c & 15]!
+      i = j + 1
     }
     b[n++] = 0x22
     this.n = n
