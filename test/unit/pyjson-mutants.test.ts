@@ -25,8 +25,12 @@ function pythonString(s: string): string {
   return out + '"'
 }
 
-/** Any UTF-16 unit (lone surrogates too), astral characters, controls, and the characters JSON escapes. */
+/**
+ * Any UTF-16 unit (lone surrogates too), astral characters, controls, the characters JSON escapes,
+ * and runs of plain characters long enough (16+) for the encoder to copy them in one piece.
+ */
 const unit = fc.oneof(
+  fc.string({unit: fc.constantFrom(...'az AZ09.,~!{}'.split('')), minLength: 14, maxLength: 40}),
   fc.integer({min: 0, max: 0xffff}).map((c) => String.fromCharCode(c)),
   fc.integer({min: 0x10000, max: 0x10ffff}).map((c) => String.fromCodePoint(c)),
   fc.integer({min: 0, max: 0x1f}).map((c) => String.fromCharCode(c)),
