@@ -35,10 +35,14 @@ export function colorFlag(argv: readonly string[]): boolean | undefined {
  * NODE_DISABLE_COLORS, TERM, as tty.WriteStream.hasColors reads them) has 16 colours or more; any
  * other stream only when FORCE_COLOR asks for 16 or more ('', 1, true, 2, 3), as styleText does.
  */
-export function platformColors(stream: NodeJS.WriteStream, env: NodeJS.ProcessEnv = process.env): boolean {
-  if (stream.isTTY === true && typeof stream.hasColors === 'function') return stream.hasColors(16, env)
+export function platformColors(stream: () => NodeJS.WriteStream, env: NodeJS.ProcessEnv = process.env): boolean {
+  // What the environment alone decides, in getColorDepth's order, is decided without the stream:
+  // opening process.stdout on a pipe costs a short command ~7 ms.
   const force = env.FORCE_COLOR
-  return force === '' || force === '1' || force === 'true' || force === '2' || force === '3'
+  if (force !== undefined) return force === '' || force === '1' || force === 'true' || force === '2' || force === '3'
+  if (env.NO_COLOR || env.NODE_DISABLE_COLORS || env.TERM === 'dumb') return false
+  const s = stream()
+  return s.isTTY === true && typeof s.hasColors === 'function' && s.hasColors(16, env)
 }
 
 /** Styles text bound for `stream`: coloured when the flag says so, else when Node would colour that stream. */
@@ -46,7 +50,7 @@ export function styler(stream: () => NodeJS.WriteStream, flag: boolean | undefin
   let on: boolean | undefined = flag
   // Decided on first use, not at import: importing this must not touch the streams.
   const paint = (f: Format, text: string) => {
-    on ??= platformColors(stream())
+    on ??= platformColors(stream)
     return on ? `\u001b[${CODES[f][0]}m${text}\u001b[${CODES[f][1]}m` : text
   }
   return {

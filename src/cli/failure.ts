@@ -7,7 +7,7 @@ import {CheckpointStateError} from '../storage/errors.js'
 import {errColor} from './color.js'
 import {EXIT} from './exit-codes.js'
 import {JSON_SCHEMA_VERSION} from './json-version.js'
-import {timingsJson, timingsTable, warnings, writeJson} from './output.js'
+import {timingsJson, timingsTable, toStderr, warnings, writeJson} from './output.js'
 
 /**
  * Reports `err` (its --json document on stdout, or `error:` and `next:` lines on stderr) and
@@ -47,10 +47,10 @@ export function reportFailure(err: Error & {oclif?: {exit?: number}}, opts: {jso
       error: {code: name, exit_code: code, message: err.message, ...(details === undefined ? {} : {details}), ...(next.length ? {next} : {})},
     })
   } else {
-    if (timings) process.stderr.write(`${timingsTable(timings)}\n`)
-    process.stderr.write(`${errColor.red('error:')} ${err.message}\n`)
-    for (const n of next) process.stderr.write(`next: ${n}\n`)
-    if (code === EXIT.internal && err.stack) process.stderr.write(`${err.stack}\n`)
+    if (timings) toStderr(`${timingsTable(timings)}\n`)
+    toStderr(`${errColor.red('error:')} ${err.message}\n`)
+    for (const n of next) toStderr(`next: ${n}\n`)
+    if (code === EXIT.internal && err.stack) toStderr(`${err.stack}\n`)
   }
   return code
 }

@@ -45,9 +45,10 @@ export function fastVerifyArgs(argv: string[], env: NodeJS.ProcessEnv = process.
 export async function fastVerify(argv: string[]): Promise<number | null> {
   const args = fastVerifyArgs(argv)
   if (!args) return null
-  const [{verifyReport}, {successDocument, writeJson}] = await Promise.all([import('./verify-report.js'), import('./output.js')])
+  const [{verifyReport}, {successDocument, toStdout, writeDirect, writeJson}] = await Promise.all([import('./verify-report.js'), import('./output.js')])
+  writeDirect()
   try {
-    const doc = await verifyReport(args.location, args.id, {json: args.json, log: (line) => process.stdout.write(`${line}\n`)})
+    const doc = await verifyReport(args.location, args.id, {json: args.json, log: (line) => toStdout(`${line}\n`)})
     if (args.json) writeJson(successDocument(doc))
     return 0
   } catch (err) {

@@ -27,24 +27,36 @@ describe('platformColors', () => {
   it('asks a terminal (with the environment) whether it shows 16 colours', () => {
     const asked: unknown[][] = []
     const env = {TERM: 'xterm'}
-    expect(
-      platformColors(
-        stream((...a) => (asked.push(a), true)),
-        env,
-      ),
-    ).toBe(true)
+    expect(platformColors(() => stream((...a) => (asked.push(a), true)), env)).toBe(true)
     expect(asked).toEqual([[16, env]])
-    expect(
-      platformColors(
-        stream(() => false),
-        {},
-      ),
-    ).toBe(false)
+    expect(platformColors(() => stream(() => false), {})).toBe(false)
+    expect(platformColors(() => stream(false), {})).toBe(false)
   })
 
   it('colours a pipe or a file only when FORCE_COLOR asks for 16 colours or more', () => {
-    for (const force of ['', '1', 'true', '2', '3']) expect(platformColors(stream(false), {FORCE_COLOR: force}), `FORCE_COLOR=${force}`).toBe(true)
-    for (const force of [undefined, '0', 'false', '4', 'yes']) expect(platformColors(stream(false), {FORCE_COLOR: force}), `FORCE_COLOR=${force}`).toBe(false)
+    for (const force of ['', '1', 'true', '2', '3'])
+      expect(
+        platformColors(() => stream(false), {FORCE_COLOR: force}),
+        `FORCE_COLOR=${force}`,
+      ).toBe(true)
+    for (const force of [undefined, '0', 'false', '4', 'yes'])
+      expect(
+        platformColors(() => stream(false), {FORCE_COLOR: force}),
+        `FORCE_COLOR=${force}`,
+      ).toBe(false)
+  })
+
+  it("decides what the environment decides without opening the stream, in Node's order", () => {
+    const untouched = () => {
+      throw new Error('the stream was opened')
+    }
+    expect(platformColors(untouched, {FORCE_COLOR: '1', NO_COLOR: '1'})).toBe(true)
+    expect(platformColors(untouched, {FORCE_COLOR: '0', TERM: 'xterm-256color'})).toBe(false)
+    expect(platformColors(untouched, {NO_COLOR: '1'})).toBe(false)
+    expect(platformColors(untouched, {NODE_DISABLE_COLORS: '1'})).toBe(false)
+    expect(platformColors(untouched, {TERM: 'dumb'})).toBe(false)
+    // Empty NO_COLOR and NODE_DISABLE_COLORS do not count (no-color.org; tty.getColorDepth).
+    expect(platformColors(() => stream(() => true), {NO_COLOR: '', NODE_DISABLE_COLORS: ''})).toBe(true)
   })
 })
 
