@@ -565,15 +565,15 @@ class RecordsReader {
   }
 }
 
-/**
- * Throws when `target` (under `root`, whose real path is `base`) resolves outside `base`, naming
- * the first symlink on the way that leaves it. A path that does not exist is left to the reader.
- */
 /** Waits for every promise; then throws the first failure in the given order, not in time order. */
 async function inOrder(all: Promise<void>[]): Promise<void> {
   for (const r of await Promise.allSettled(all)) if (r.status === 'rejected') throw r.reason
 }
 
+/**
+ * Throws when `target` (under `root`, whose real path is `base`) resolves outside `base`, naming
+ * the first symlink on the way that leaves it. A path that does not exist is left to the reader.
+ */
 async function staysInside(root: string, base: string, target: string): Promise<void> {
   const inside = (p: string) => {
     const rel = path.relative(base, p)

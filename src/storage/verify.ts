@@ -90,6 +90,8 @@ export async function verifyDir(job: DirJob): Promise<DirResult> {
 
 const WORKER_URL = new URL('./verify-worker.js', import.meta.url)
 const WORKER_MIN_BYTES = 64 << 20
+/** Directories read at once in this thread when no worker is worth starting (libuv's pool has 4 threads). */
+const INLINE_READERS = 8
 
 /** The bytes in the directories, all asked at once: each file system call is a thread-pool round trip. */
 async function totalBytes(dirs: {dir: string}[]): Promise<number> {
@@ -158,9 +160,10 @@ async function readAll(dirs: DirJob[], concurrency: number, minBytes: number, ea
     }
   }
   const running = Array.from({length: workers}, () => runWorker(take()))
-  // Without workers (few bytes), every directory is read at once: what costs then is the file
-  // system calls, each a thread-pool round trip, and those overlap.
-  for (let k = workers ? 1 : Math.max(1, dirs.length); k > 0; k--) running.push(runInline())
+  // Without workers (few bytes), up to INLINE_READERS directories are read at once: what costs
+  // then is the file system calls, each a thread-pool round trip, and those overlap. Bounded: each
+  // reader holds two read buffers, and a fleet may have thousands of participants.
+  for (let k = workers ? 1 : Math.max(1, Math.min(dirs.length, INLINE_READERS)); k > 0; k--) running.push(runInline())
   // The first failure (a worker that died, an I/O error) stops every thread taking more work, and
   // is raised once every thread has stopped: nothing changes the results after this returns.
   const settled = await Promise.allSettled(running.map((p) => p.catch((err: unknown) => ((failed = true), Promise.reject(err)))))
