@@ -7,7 +7,7 @@ import type {ParticipantManifest} from '../protocol/wire.js'
 import {CheckpointStateError, WriteStoppedError} from './errors.js'
 import {JsonScanner, PREFIX_BYTES, ScanError, episodeFromPrefix} from './jsonscan.js'
 import {createExclusive, fsyncDir, fsyncUpTo, tempName} from './fsutil.js'
-import {type Hasher, ThreadHasher, loadCrypto, sha256Hasher} from './sha256.js'
+import {type Hasher, loadCrypto, sha256Hasher} from './sha256.js'
 import {MAX_NESTING, PyValue, isPyDict, pyGet, pyLoads} from './pyjson.js'
 
 export const STATE_SCHEMA_VERSION = 1
@@ -243,14 +243,6 @@ export interface ReadStateOptions {
    * <hex> is not its content's sha256 is an error.
    */
   within?: string
-  /**
-   * Hash a records file of THREAD_HASH_MIN_BYTES or more in a worker thread, so that this thread
-   * only scans and decodes. Default: when records are kept (a restore); verify, which spreads
-   * directories over threads itself, reads with keep null.
-   */
-  hashThread?: boolean
-  /** The smallest records file hashed in a worker thread (tests lower it). */
-  hashThreadMinBytes?: number
 }
 
 export interface StoredRecord {
@@ -269,8 +261,6 @@ export interface ReadStateResult {
 }
 
 const READ_CHUNK = 1 << 20
-/** A records file this big, read for a restore, is hashed in a worker thread (it costs ~40 ms to start). */
-const THREAD_HASH_MIN_BYTES = 64 << 20
 
 /**
  * Verifies and reads a participant directory in one streaming pass, holding at most one record in
@@ -319,32 +309,25 @@ async function readInner(dir: string, opts: ReadStateOptions): Promise<ReadState
   let bytes = 0
   const fh = await open(recordsPath, 'r')
   let next: Promise<{bytesRead: number}> | null = null
-  let threaded: ThreadHasher | null = null
   let sha: string
   try {
     let hash: Hasher | undefined
     // Two buffers: the next chunk is read while this one is hashed and scanned.
-    const bufs = [Buffer.allocUnsafeSlow(READ_CHUNK), Buffer.allocUnsafeSlow(READ_CHUNK)]
+    const bufs = [Buffer.allocUnsafe(READ_CHUNK), Buffer.allocUnsafe(READ_CHUNK)]
     let which = 0
     next = fh.read(bufs[0]!, 0, READ_CHUNK, 0)
     for (;;) {
       const {bytesRead} = await next
       next = null
       if (bytesRead === 0) break
-      const buf = bufs[which]!
-      const chunk = buf.subarray(0, bytesRead)
-      if (hash === undefined && threaded === null) {
-        // A first read short of a chunk is (nearly always) the whole file: its size picks the
-        // hasher. A big file read for a restore is hashed on another core.
-        const size = bytesRead < READ_CHUNK ? bytesRead : (await fh.stat()).size
-        if ((opts.hashThread ?? opts.keep != null) && size >= (opts.hashThreadMinBytes ?? THREAD_HASH_MIN_BYTES)) threaded = await ThreadHasher.start()
-        else hash = await sha256Hasher(size)
-      }
+      const chunk = bufs[which]!.subarray(0, bytesRead)
+      // A first read short of a chunk is (nearly always) the whole file: its size picks the hasher.
+      hash ??= await sha256Hasher(bytesRead < READ_CHUNK ? bytesRead : Infinity)
       const at = bytes
       bytes += bytesRead
       which ^= 1
       next = fh.read(bufs[which]!, 0, READ_CHUNK, bytes)
-      hash?.update(chunk)
+      hash.update(chunk)
       reader.push(chunk, at)
       // A line that repeats its top-level episode_id is decoded whole: read it again.
       for (const r of reader.takeRereads()) {
@@ -352,19 +335,12 @@ async function readInner(dir: string, opts: ReadStateOptions): Promise<ReadState
         const {bytesRead: n} = await fh.read(line, 0, r.length, r.start)
         reader.decodeAgain(r, line.subarray(0, n))
       }
-      if (threaded) {
-        // The reader is done with the chunk (push copies what it keeps): its memory goes to the
-        // hashing thread, and a fresh buffer takes its place.
-        await threaded.update(buf.buffer as ArrayBuffer, bytesRead)
-        bufs[which ^ 1] = Buffer.allocUnsafeSlow(READ_CHUNK)
-      }
     }
     reader.end()
-    sha = threaded ? await threaded.digest() : (hash ?? (await sha256Hasher(0))).digest('hex')
+    sha = (hash ?? (await sha256Hasher(0))).digest('hex')
   } finally {
     await next?.catch(() => {})
     await fh.close()
-    await threaded?.close()
   }
   const {keys, kept} = reader
   if (m.records_sha256 !== sha) throw new CheckpointStateError(`${recordsPath} does not match its manifest digest`)
