@@ -15,6 +15,17 @@ export function tempName(dir: string, base: string): string {
   return path.join(dir, `.${base}.${random}`)
 }
 
+/**
+ * Every promise's value, in order, once all have settled; a failure throws the first one in the
+ * given order, not in time order, so running file system calls at once (each is a thread-pool
+ * round trip) reports the same error as running them one after another.
+ */
+export async function allInOrder<T>(all: Promise<T>[]): Promise<T[]> {
+  const settled = await Promise.allSettled(all)
+  for (const r of settled) if (r.status === 'rejected') throw r.reason
+  return settled.map((r) => (r as PromiseFulfilledResult<T>).value)
+}
+
 /** fsync a directory so the entries created in it survive a host crash. */
 export async function fsyncDir(dir: string): Promise<void> {
   const fh = await open(dir, constants.O_RDONLY)

@@ -6,7 +6,7 @@ import {RESERVED_SUFFIX, SAFE_ID_PATTERN, captureKey, fromWire, wireEpisode} fro
 import type {ParticipantManifest} from '../protocol/wire.js'
 import {CheckpointStateError, WriteStoppedError} from './errors.js'
 import {JsonScanner, PREFIX_BYTES, ScanError, episodeFromPrefix} from './jsonscan.js'
-import {createExclusive, fsyncDir, fsyncUpTo, tempName} from './fsutil.js'
+import {allInOrder, createExclusive, fsyncDir, fsyncUpTo, tempName} from './fsutil.js'
 import {type Hasher, loadCrypto, sha256Hasher} from './sha256.js'
 import {MAX_NESTING, PyValue, isPyDict, pyGet, pyLoads} from './pyjson.js'
 
@@ -279,7 +279,7 @@ async function readInner(dir: string, opts: ReadStateOptions): Promise<ReadState
   const manifestPath = path.join(dir, MANIFEST_FILE)
   const base = opts.within === undefined ? null : await realpath(opts.within)
   // Both resolved at once (each is a thread-pool round trip); a failure is reported in this order.
-  if (base !== null) await inOrder([staysInside(opts.within!, base, dir), staysInside(opts.within!, base, manifestPath)])
+  if (base !== null) await allInOrder([staysInside(opts.within!, base, dir), staysInside(opts.within!, base, manifestPath)])
   let text: string
   try {
     text = await readFile(manifestPath, 'utf8')
@@ -563,11 +563,6 @@ class RecordsReader {
     const key = captureKey(fromWire(ep))
     return this.keep?.has(key) ? {key, record: decoded} : {key}
   }
-}
-
-/** Waits for every promise; then throws the first failure in the given order, not in time order. */
-async function inOrder(all: Promise<void>[]): Promise<void> {
-  for (const r of await Promise.allSettled(all)) if (r.status === 'rejected') throw r.reason
 }
 
 /**

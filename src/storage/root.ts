@@ -5,7 +5,7 @@ import path from 'node:path'
 import {type EpisodeIdWire, SAFE_ID_PATTERN, clipInput, quoteInput, wireEpisode} from '../protocol/episode.js'
 import type {ParticipantManifest} from '../protocol/wire.js'
 import {CheckpointStateError} from './errors.js'
-import {createExclusive, fsyncDir, replaceAtomic} from './fsutil.js'
+import {allInOrder, createExclusive, fsyncDir, replaceAtomic} from './fsutil.js'
 import type {ControllerManifest, GymCollectionManifest} from './manifest-schemas.js'
 
 export type {ControllerManifest, GymCollectionManifest} from './manifest-schemas.js'
@@ -313,14 +313,15 @@ export async function listParticipantDirs(checkpointDir: string): Promise<{kind:
     }
     throw new CheckpointStateError(`cannot list ${gym}: ${describeFsError(err)}`)
   }
-  const out: {kind: string; instance: string; dir: string}[] = []
-  for (const kind of kinds.sort()) {
-    const kdir = path.join(gym, kind)
-    if (!(await isDirectory(kdir))) continue
-    for (const instance of (await listDir(kdir, 'participant kind directory')).sort()) {
-      const dir = path.join(kdir, instance)
-      if (await isDirectory(dir)) out.push({kind, instance, dir})
-    }
-  }
-  return out
+  // Every kind and instance looked at once; the first error in sorted order is the one raised.
+  const perKind = await allInOrder(
+    kinds.sort().map(async (kind) => {
+      const kdir = path.join(gym, kind)
+      if (!(await isDirectory(kdir))) return []
+      const instances = (await listDir(kdir, 'participant kind directory')).sort()
+      const dirs = await allInOrder(instances.map((instance) => isDirectory(path.join(kdir, instance))))
+      return instances.filter((_, k) => dirs[k]).map((instance) => ({kind, instance, dir: path.join(kdir, instance)}))
+    }),
+  )
+  return perKind.flat()
 }

@@ -118,10 +118,10 @@ async function totalBytes(dirs: {dir: string}[]): Promise<number> {
  * `concurrency - 1` worker threads, which take the first directories (they start cold, so they
  * start first) while this thread takes the next; each takes another when done.
  */
-async function readAll(dirs: DirJob[], concurrency: number, minBytes: number, each: (i: number, r: DirResult | CheckpointStateError) => void): Promise<void> {
+async function readAll(dirs: DirJob[], concurrency: number, minBytes: number, bytes: Promise<number>, each: (i: number, r: DirResult | CheckpointStateError) => void): Promise<void> {
   const threads = Math.min(concurrency, dirs.length)
   // A worker costs a start and a cold JIT: worth it only for enough bytes to hash and scan.
-  const workers = threads > 1 && existsSync(fileURLToPath(WORKER_URL)) && (await totalBytes(dirs)) >= minBytes ? threads - 1 : 0
+  const workers = threads > 1 && existsSync(fileURLToPath(WORKER_URL)) && (await bytes) >= minBytes ? threads - 1 : 0
   let next = 0
   let failed = false
   const take = () => (failed || next >= dirs.length ? -1 : next++)
@@ -194,6 +194,12 @@ export async function verifyCheckpoint(location: string, opts: VerifyOptions = {
     uncovered: [],
     problems,
   }
+  // The participant directories are listed while the controller manifest is read; a listing error
+  // is raised where it was before, after the manifest.
+  const listing = listParticipantDirs(checkpointDir)
+  listing.catch(() => {})
+  // Their size (whether workers are worth starting) too: a failure counts as no bytes.
+  const sized = listing.then(totalBytes, () => 0)
   const summary = await readCheckpointSummary(checkpointDir).catch((err: unknown) => {
     if (err instanceof CheckpointStateError) {
       problems.push({severity: 'error', where: checkpointDir, message: err.message})
@@ -213,7 +219,7 @@ export async function verifyCheckpoint(location: string, opts: VerifyOptions = {
     if (both.length) problems.push({severity: 'error', where: summary.source, message: `episodes both continued and restarted: ${both.join(', ')}`})
   }
 
-  const dirs = await listParticipantDirs(checkpointDir)
+  const dirs = await listing
   if (dirs.length === 0) problems.push({severity: 'error', where: checkpointDir, message: 'no participant state under gym/'})
   // navigator.hardwareConcurrency is os.availableParallelism() without loading node:os (start-up).
   const concurrency = Math.max(1, opts.concurrency ?? navigator.hardwareConcurrency)
@@ -227,6 +233,7 @@ export async function verifyCheckpoint(location: string, opts: VerifyOptions = {
     dirs.map((d) => ({...d, within: checkpointDir})),
     concurrency,
     opts.workerMinBytes ?? WORKER_MIN_BYTES,
+    sized,
     (i, r) => {
       const d = dirs[i]!
       const v = results[i]!
