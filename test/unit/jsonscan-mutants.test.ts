@@ -89,6 +89,26 @@ describe('JsonScanner', () => {
     const good = Buffer.from('{"a": 1}')
     expect(sc.feed(good, 0, good.length, true)).toBe(good.length)
     expect(sc.complete).toBe(true)
+    // Reset after a whole value: nothing is read yet, so nothing is complete.
+    expect(sc.reset().complete).toBe(false)
+  })
+
+  it('a value the line ends before it is whole is an error, not only incomplete', () => {
+    for (const t of ['', '  ', '[1', '[1, 2', '{"a": 1', '{"a": [1, 2]', '[[]', '-', '[1, -']) {
+      expect(errorOf(Buffer.from(t)), t).toBe(ScanError.Json)
+    }
+  })
+
+  it('counts only the key episode_id: not another key of ten characters, not another escaped key', () => {
+    const keys = (t: string) => {
+      const sc = new JsonScanner()
+      sc.feed(Buffer.from(t), 0, t.length, true)
+      expect(sc.complete, t).toBe(true)
+      return sc.episodeKeys
+    }
+    expect(keys('{"abcdefghij": 1, "episode_ix": 2, "episode_id_": 3, "episode_i": 4}')).toBe(0)
+    expect(keys('{"a\\u0062": 1, "episode\\u005fix": 2}')).toBe(0)
+    expect(keys('{"e\\u0070isode_id": 1}')).toBe(1)
   })
 })
 
@@ -224,7 +244,21 @@ describe('UTF-8 inside strings, at every boundary of the encoding', () => {
 describe('structure', () => {
   it('one value per line: a comma after a top-level value is refused, and so is a bare value where a key goes', () => {
     for (const t of ['1,2', '1, 2', '"a","b"', '[1],[2]', '{"a": 1, 2}', '{"a": [1], 2: 3}', '1]', '{}}', '[]]']) expect(ok(t), t).toBe(false)
+    // A container closes only with its own bracket, and a trailing comma is refused in objects too.
+    for (const t of ['[1}', '[1 2', '{"a": 1]', '{"a": 1 "b"', '{"a": 1,}', '{"a": 1, }']) expect(ok(t), t).toBe(false)
     for (const t of ['[1,2]', '[1, 2, -3, 4.5e1]', '{"a": 1, "b": 2}', '[1, "a", 2]', '[1, -Infinity, 2]', '[1, {"a": 2}, 3]']) expect(ok(t), t).toBe(true)
+  })
+})
+
+describe('words and numbers', () => {
+  it('a word must be spelled out whole, and Infinity follows only a minus sign', () => {
+    for (const t of ['trUe', 'tru3', 'nall', 'fals3', 'NaM', 'Infinitx', '-Infinitx', '-Inf', '1Infinity', '[2Infinity]', '[1, 2Infinity]']) expect(ok(t), t).toBe(false)
+    for (const t of ['true', 'false', 'null', 'NaN', 'Infinity', '-Infinity', '[-Infinity, 1]']) expect(ok(t), t).toBe(true)
+  })
+
+  it('exponents: e or E, with an optional sign', () => {
+    for (const t of ['1E5', '1e+5', '1E-5', '[1E+2, 3e-1]', '-0.5E5', '{"a": 2E2}']) expect(ok(t), t).toBe(true)
+    for (const t of ['1e++5', '1E', '1e-', '[1E, 2]', '1e5.0']) expect(ok(t), t).toBe(false)
   })
 })
 
@@ -238,6 +272,12 @@ describe('JsonScanner fed in pieces', () => {
     const b = Buffer.from(' 2]} ')
     expect(sc.feed(b, 0, b.length, false)).toBe(b.length)
     expect(sc.complete).toBe(true)
+    // A piece that ends after a whole inner value, or holds only whitespace, completes nothing.
+    for (const t of ['{"a": [1, 2]', '  ', '[[]']) {
+      const p = new JsonScanner()
+      expect(p.feed(Buffer.from(t), 0, t.length, false), t).toBe(t.length)
+      expect(p.complete, t).toBe(false)
+    }
     const c = Buffer.from('x')
     sc.feed(c, 0, c.length, true)
     expect(sc.error).toBe(ScanError.Json)
@@ -253,6 +293,9 @@ describe('JsonScanner fed in pieces', () => {
       ['"\\u004', 1],
       ['"\\', 1],
       ['["ab', 4],
+      ['[-Inf', 1],
+      ['[1, -Infin', 4],
+      ['[tru', 1],
     ] as const) {
       const b = Buffer.from(text, 'utf8')
       const sc = new JsonScanner()
