@@ -5,6 +5,7 @@ import {JSON_SCHEMA_VERSION} from './json-version.js'
 import type {CommitOutcome, ParticipantTiming} from '../coordination/controller.js'
 import type {DiscoveredParticipant} from '../coordination/discover.js'
 import {EpisodeId, EpisodeIdWire, captureKey, toWire} from '../protocol/episode.js'
+import type {VerifyProblem} from '../storage/verify.js'
 
 /** Human output: tables on stdout, notes and progress on stderr. */
 export function table(rows: Record<string, unknown>[], columns: string[], c: Styler = color): string {
@@ -75,6 +76,11 @@ export function toStderr(text: string): void {
 
 export function note(msg: string): void {
   toStderr(`${msg}\n`)
+}
+
+/** A verify problem on stderr, `error|warning|note: WHERE: MESSAGE`, the severity coloured (verify, describe, restore). */
+export function problemNote(p: VerifyProblem): void {
+  note(`${p.severity === 'error' ? errColor.red('error') : p.severity === 'warning' ? errColor.yellow('warning') : 'note'}: ${p.where}: ${p.message}`)
 }
 
 /** Every warning of this process, for the `warnings` array of the --json envelope. */

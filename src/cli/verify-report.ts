@@ -2,9 +2,9 @@
 // bin/run.js (which answers a fully specified verify without loading oclif) both call it.
 import {ControllerError} from '../coordination/errors.js'
 import {verifyCheckpoint} from '../storage/verify.js'
-import {color, errColor} from './color.js'
+import {color} from './color.js'
 import type {CommandJson} from './json-schemas.js'
-import {note, table} from './output.js'
+import {problemNote, table} from './output.js'
 
 /**
  * Verifies the checkpoint at `location` (a root, LATEST followed, or a checkpoint directory) and
@@ -36,7 +36,7 @@ export async function verifyReport(location: string, id: string | undefined, opt
   }
   if (!opts.json) {
     opts.log(table(json.participants, ['kind', 'instance', 'ok', 'records', 'in_scope', 'outside_scope', 'scope_without_record', 'bytes']))
-    for (const p of report.problems) note(`${p.severity === 'error' ? errColor.red('error') : p.severity === 'warning' ? errColor.yellow('warning') : 'note'}: ${p.where}: ${p.message}`)
+    for (const p of report.problems) problemNote(p)
     const installs = report.participants.reduce((n, p) => n + p.inScope, 0)
     opts.log(
       `${report.ok ? color.green('valid') : color.red('INVALID')}: ${report.checkpointId} (${report.continued.length} continued, ${report.restarted.length} restarted; ` +

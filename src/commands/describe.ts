@@ -3,11 +3,11 @@ import {existsSync} from 'node:fs'
 import {Args, Flags} from '@oclif/core'
 
 import {BaseCommand} from '../cli/base.js'
-import {color, errColor} from '../cli/color.js'
+import {color} from '../cli/color.js'
 import {checkpointId, rootFlag} from '../cli/flags.js'
 import {exitCodesHelp} from '../cli/exit-codes.js'
 import {describeJson} from '../cli/catalog-json.js'
-import {keys, note, table, warn} from '../cli/output.js'
+import {keys, note, problemNote, table, warn} from '../cli/output.js'
 import {ControllerError} from '../coordination/errors.js'
 import {SAFE_ID_PATTERN, fromWire, quoteInput} from '../protocol/episode.js'
 import {describeCheckpoint, formatAge, formatBytes} from '../storage/catalog.js'
@@ -93,7 +93,7 @@ export default class Describe extends BaseCommand<typeof Describe> {
     )
     for (const r of json.restores) if (r.error) this.log(`${r.restore_id}: ${r.error}`)
     if (json.verify) {
-      for (const p of json.verify.problems) note(`${p.severity === 'error' ? errColor.red('error') : p.severity === 'warning' ? errColor.yellow('warning') : 'note'}: ${p.where}: ${p.message}`)
+      for (const p of json.verify.problems) problemNote(p)
       this.log(json.verify.valid ? color.green('valid') : color.red('INVALID'))
     }
   }

@@ -3,7 +3,7 @@ import {Args, Flags} from '@oclif/core'
 import {errColor} from '../cli/color.js'
 import {checkpointId, rootFlag} from '../cli/flags.js'
 import {FleetCommand, timeoutFlag, fleetExitCodes} from '../cli/base.js'
-import {episodesJson, keys, note, table, timingsJson, timingsTable} from '../cli/output.js'
+import {episodesJson, keys, note, problemNote, table, timingsJson, timingsTable} from '../cli/output.js'
 import {progressMode, withProgress} from '../cli/progress.js'
 import {nextStep} from '../coordination/errors.js'
 import {RestorePlan, assertRestorable, planRestore, restoreCheckpoint} from '../coordination/restore.js'
@@ -85,7 +85,7 @@ Progress (each phase's stage, the servers still pending, the time left to the de
   }
 
   private render(plan: RestorePlan, dryRun: boolean): void {
-    for (const p of plan.verify?.problems ?? []) note(`${p.severity}: ${p.where}: ${p.message}`)
+    for (const p of plan.verify?.problems ?? []) problemNote(p)
     for (const b of plan.busy) note(`busy: ${b.server} ${b.reasons.join(', ')}`)
     for (const u of plan.unreachable) note(`unreachable: ${u.server}: ${u.message}`)
     note(
