@@ -30,7 +30,8 @@ try {
 // GYMCKPT_NO_FAST_PATH=1 always takes oclif's path (the tests compare the two).
 let code = null
 if (argv[0] === 'verify' && !process.env.GYMCKPT_NO_FAST_PATH) {
-  const {fastVerify} = await import('../dist/cli/fast-verify.js')
+  // dist/fast/ is that path bundled by scripts/build.mjs (fewer modules to load).
+  const {fastVerify} = await import('../dist/fast/fast-verify.js')
   code = await fastVerify(argv.slice(1))
 }
 if (code === null) {

@@ -35,18 +35,32 @@ export function colorFlag(argv: readonly string[]): boolean | undefined {
  * NODE_DISABLE_COLORS, TERM, as tty.WriteStream.hasColors reads them) has 16 colours or more; any
  * other stream only when FORCE_COLOR asks for 16 or more ('', 1, true, 2, 3), as styleText does.
  */
-export function platformColors(stream: () => NodeJS.WriteStream, env: NodeJS.ProcessEnv = process.env): boolean {
+export function platformColors(stream: () => NodeJS.WriteStream | undefined, env: NodeJS.ProcessEnv = process.env): boolean {
   // What the environment alone decides, in getColorDepth's order, is decided without the stream:
   // opening process.stdout on a pipe costs a short command ~7 ms.
   const force = env.FORCE_COLOR
   if (force !== undefined) return force === '' || force === '1' || force === 'true' || force === '2' || force === '3'
   if (env.NO_COLOR || env.NODE_DISABLE_COLORS || env.TERM === 'dumb') return false
   const s = stream()
-  return s.isTTY === true && typeof s.hasColors === 'function' && s.hasColors(16, env)
+  return s?.isTTY === true && typeof s.hasColors === 'function' && s.hasColors(16, env)
+}
+
+/**
+ * `open()` when file descriptor `fd` may be a terminal, else undefined. Only a character device
+ * can be one, and asking costs one fstat, where opening process.stdout on a pipe or a file costs
+ * a short command ~7 ms (it loads net and the stream modules).
+ */
+export function terminalStream(fd: number, open: () => NodeJS.WriteStream): NodeJS.WriteStream | undefined {
+  try {
+    if (!process.getBuiltinModule('node:fs').fstatSync(fd).isCharacterDevice()) return undefined
+  } catch {
+    return undefined
+  }
+  return open()
 }
 
 /** Styles text bound for `stream`: coloured when the flag says so, else when Node would colour that stream. */
-export function styler(stream: () => NodeJS.WriteStream, flag: boolean | undefined = colorFlag(process.argv.slice(2))): Styler {
+export function styler(stream: () => NodeJS.WriteStream | undefined, flag: boolean | undefined = colorFlag(process.argv.slice(2))): Styler {
   let on: boolean | undefined = flag
   // Decided on first use, not at import: importing this must not touch the streams.
   const paint = (f: Format, text: string) => {
@@ -63,6 +77,6 @@ export function styler(stream: () => NodeJS.WriteStream, flag: boolean | undefin
 }
 
 /** For text written to stdout (tables, verdicts). */
-export const color = styler(() => process.stdout)
+export const color = styler(() => terminalStream(1, () => process.stdout))
 /** For text written to stderr (errors, warnings, notes, progress tables). */
-export const errColor = styler(() => process.stderr)
+export const errColor = styler(() => terminalStream(2, () => process.stderr))

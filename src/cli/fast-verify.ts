@@ -2,8 +2,11 @@
 // without oclif: bin/run.js calls it before loading oclif (a third of verify's start-up). Anything
 // else (help, another flag, a root from GYMCKPT_ROOT or the config file, an invalid --id, oclif's
 // env switches) is left to oclif, which gives the same answers, errors and exit codes.
-// Only this module is loaded to decide: what it runs is imported once it takes the line, so a
-// line it leaves to oclif (verify --help) loads nothing more than before.
+// bin/run.js loads it bundled (dist/fast/, scripts/build.mjs): deciding loads verify's code too,
+// a few ms that a line left to oclif (verify --help) pays on top of oclif's own start.
+
+import {successDocument, toStdout, writeDirect, writeJson} from './output.js'
+import {verifyReport} from './verify-report.js'
 
 /** The checkpoint ID pattern and length Gym allows; anything else gets oclif's flag error. */
 const CHECKPOINT_ID = /^[A-Za-z0-9][A-Za-z0-9._-]*$/
@@ -45,7 +48,6 @@ export function fastVerifyArgs(argv: string[], env: NodeJS.ProcessEnv = process.
 export async function fastVerify(argv: string[]): Promise<number | null> {
   const args = fastVerifyArgs(argv)
   if (!args) return null
-  const [{verifyReport}, {successDocument, toStdout, writeDirect, writeJson}] = await Promise.all([import('./verify-report.js'), import('./output.js')])
   writeDirect()
   try {
     const doc = await verifyReport(args.location, args.id, {json: args.json, log: (line) => toStdout(`${line}\n`)})

@@ -1,11 +1,12 @@
-import {writeSync} from 'node:fs'
-
 import {color, errColor, type Styler} from './color.js'
 import {JSON_SCHEMA_VERSION} from './json-version.js'
 import type {CommitOutcome, ParticipantTiming} from '../coordination/controller.js'
 import type {DiscoveredParticipant} from '../coordination/discover.js'
 import {EpisodeId, EpisodeIdWire, captureKey, toWire} from '../protocol/episode.js'
 import type {VerifyProblem} from '../storage/verify.js'
+
+// node:fs and node:fs/promises come from process.getBuiltinModule, not an import: see fsutil.ts.
+const {writeSync} = process.getBuiltinModule('node:fs')
 
 /** Human output: tables on stdout, notes and progress on stderr. */
 export function table(rows: Record<string, unknown>[], columns: string[], c: Styler = color): string {

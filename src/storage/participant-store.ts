@@ -1,5 +1,4 @@
 import {isAscii, isUtf8} from 'node:buffer'
-import {lstat, mkdir, open, readFile, realpath, rename, unlink} from 'node:fs/promises'
 import path from 'node:path'
 
 import {RESERVED_SUFFIX, SAFE_ID_PATTERN, captureKey, fromWire, wireEpisode} from '../protocol/episode.js'
@@ -9,6 +8,9 @@ import {JsonScanner, PREFIX_BYTES, ScanError, episodeFromPrefix} from './jsonsca
 import {allInOrder, createExclusive, fsyncDir, fsyncUpTo, tempName} from './fsutil.js'
 import {type Hasher, loadCrypto, sha256Hasher} from './sha256.js'
 import {MAX_NESTING, PyValue, isPyDict, pyGet, pyLoads} from './pyjson.js'
+
+// node:fs and node:fs/promises come from process.getBuiltinModule, not an import: see fsutil.ts.
+const {lstat, mkdir, open, readFile, realpath, rename, unlink} = process.getBuiltinModule('node:fs/promises')
 
 export const STATE_SCHEMA_VERSION = 1
 export const MANIFEST_FILE = 'manifest.json'

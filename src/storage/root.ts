@@ -1,5 +1,4 @@
 import {isUtf8} from 'node:buffer'
-import {lstat, readFile, readdir, stat} from 'node:fs/promises'
 import path from 'node:path'
 
 import {type EpisodeIdWire, SAFE_ID_PATTERN, clipInput, quoteInput, wireEpisode} from '../protocol/episode.js'
@@ -7,6 +6,9 @@ import type {ParticipantManifest} from '../protocol/wire.js'
 import {CheckpointStateError} from './errors.js'
 import {allInOrder, createExclusive, fsyncDir, replaceAtomic} from './fsutil.js'
 import type {ControllerManifest, GymCollectionManifest} from './manifest-schemas.js'
+
+// node:fs and node:fs/promises come from process.getBuiltinModule, not an import: see fsutil.ts.
+const {lstat, readFile, readdir, stat} = process.getBuiltinModule('node:fs/promises')
 
 export type {ControllerManifest, GymCollectionManifest} from './manifest-schemas.js'
 

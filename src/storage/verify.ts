@@ -1,5 +1,3 @@
-import {existsSync} from 'node:fs'
-import {readdir, stat} from 'node:fs/promises'
 import path from 'node:path'
 import {fileURLToPath} from 'node:url'
 
@@ -8,6 +6,10 @@ import type {ParticipantManifest} from '../protocol/wire.js'
 import {CheckpointStateError} from './errors.js'
 import {encodeManifest, readParticipantState, sortFindDuplicates} from './participant-store.js'
 import {listParticipantDirs, readCheckpointSummary, resolveCheckpoint} from './root.js'
+
+// node:fs and node:fs/promises come from process.getBuiltinModule, not an import: see fsutil.ts.
+const {existsSync} = process.getBuiltinModule('node:fs')
+const {readdir, stat} = process.getBuiltinModule('node:fs/promises')
 
 export interface VerifyProblem {
   /** Errors make the checkpoint invalid; warnings and infos do not. */

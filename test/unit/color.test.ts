@@ -2,7 +2,11 @@
 // decision is Node's own (tty.WriteStream.hasColors for a terminal, FORCE_COLOR for anything else).
 import {describe, expect, it} from 'vitest'
 
-import {colorFlag, platformColors, styler} from '../../src/cli/color.js'
+import {closeSync, openSync, unlinkSync} from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+
+import {colorFlag, platformColors, styler, terminalStream} from '../../src/cli/color.js'
 
 /** A stand-in for a stream: a terminal with the colour support `colors` answers, or a pipe. */
 function stream(tty: false | ((count?: number, env?: object) => boolean)): NodeJS.WriteStream {
@@ -20,6 +24,30 @@ describe('colorFlag', () => {
     expect(colorFlag(['--', '--color'])).toBeUndefined()
     expect(colorFlag(['--color', '--', '--no-color'])).toBe(true)
     expect(colorFlag(['--colors', '--color=false', '-color'])).toBeUndefined()
+  })
+})
+
+describe('terminalStream', () => {
+  it('opens the stream only for a character device: a file, a pipe or a closed descriptor is no terminal', () => {
+    let opened = 0
+    const open = () => (opened++, stream(() => true))
+    const name = path.join(os.tmpdir(), `gymckpt-color-${process.pid}`)
+    const file = openSync(name, 'w')
+    const devNull = openSync('/dev/null', 'w')
+    try {
+      expect(terminalStream(file, open)).toBeUndefined()
+      expect(opened).toBe(0)
+      // /dev/null is a character device: it may be a terminal, so the stream is asked.
+      expect(terminalStream(devNull, open)).toBeDefined()
+      expect(opened).toBe(1)
+    } finally {
+      closeSync(file)
+      closeSync(devNull)
+      unlinkSync(name)
+    }
+    expect(terminalStream(2 ** 30, open)).toBeUndefined()
+    expect(opened).toBe(1)
+    expect(platformColors(() => undefined, {})).toBe(false)
   })
 })
 

@@ -104,6 +104,33 @@ describe('layering (DESIGN.md)', () => {
     // fast-verify.ts's own dynamic imports are what it runs once it takes a command line.
     await walk('cli/fast-verify.ts', true)
     expect(seen.has('storage/verify.ts')).toBe(true)
+    // A builtin taken with process.getBuiltinModule loads as an import would.
+    for (const file of seen) {
+      for (const m of (await readFile(path.join(SRC, file), 'utf8')).matchAll(/getBuiltinModule\('([^']+)'\)/g)) {
+        if (heavy.includes(m[1]!)) bad.push(`${file} takes ${m[1]}`)
+      }
+    }
+    expect(bad).toEqual([])
+  })
+
+  it("verify's fast path imports neither node:fs nor node:fs/promises as an ES module on the way to a valid checkpoint's report", async () => {
+    // Importing either builds a facade that reads every export, which runs fs's lazy getters
+    // (ReadStream, ...) and loads Node's stream modules: ~5 ms of a small verify's start. The
+    // modules take them with process.getBuiltinModule instead (src/storage/fsutil.ts).
+    const bad: string[] = []
+    const seen = new Set<string>()
+    const walk = async (file: string): Promise<void> => {
+      if (seen.has(file)) return
+      seen.add(file)
+      const text = await readFile(path.join(SRC, file), 'utf8')
+      for (const m of text.matchAll(/^(?:import|export)\s+(?!type\b)[^'"]*?from\s+'([^']+)'/gm)) {
+        const spec = m[1]!
+        if (spec === 'node:fs' || spec === 'node:fs/promises') bad.push(`${file} imports ${spec}`)
+        else if (spec.startsWith('.')) await walk(path.relative(SRC, path.resolve(SRC, path.dirname(file), spec)).replace(/\.js$/, '.ts'))
+      }
+    }
+    await walk('cli/fast-verify.ts')
+    expect([...seen]).toEqual(expect.arrayContaining(['storage/verify.ts', 'storage/participant-store.ts', 'storage/root.ts', 'cli/output.ts']))
     expect(bad).toEqual([])
   })
 
