@@ -27,10 +27,11 @@ execFileSync(process.execPath, [path.join(root, 'scripts', 'manifest.mjs')], {st
 /**
  * verify's fast path (bin/run.js, before oclif) as a few files instead of ~16 modules: Node spends
  * ~0.4 ms resolving, reading and linking each ES module, ~6 ms of a small verify's ~40 ms over
- * `node -e 0` (bench/startup). The worker is an entry of the same build, so the bundled verify
- * finds `./verify-worker.js` next to itself, and what the fast path imports only on demand (the
- * failure path, the manifest schemas) is split into chunks of the same build: no module is loaded
- * twice (an error class would then fail `instanceof`). Packages stay imports of node_modules.
+ * `node -e 0` (bench/startup). What the fast path imports only on demand (the failure path, the
+ * manifest schemas) is split into chunks of the same build, so no module is loaded twice (an error
+ * class would then fail `instanceof`). The worker is bundled on its own into the same directory
+ * (a worker thread has its own modules anyway), where the bundled verify looks for
+ * `./verify-worker.js`. Packages stay imports of node_modules.
  */
 async function bundleFastPath(dist) {
   const {build} = await import('esbuild')
