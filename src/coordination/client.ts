@@ -42,7 +42,10 @@ export class ControlClient {
     if (!opts.token) throw new Error('a control token is required')
     this.auth = `Bearer ${opts.token}`
     this.grace = opts.replyGraceSeconds ?? 5
-    this.dispatcher = new Agent({connections: opts.connections ?? 8, keepAliveTimeout: 30_000, keepAliveMaxTimeout: 600_000, pipelining: 1})
+    // No transport timeouts of undici's own (300 s each for headers and body by default): every
+    // call is bounded by its deadline plus the grace (exchange), and a prepare may rightly take
+    // until its deadline, a commit or restore past it (reference 9.2, 3.8).
+    this.dispatcher = new Agent({connections: opts.connections ?? 8, keepAliveTimeout: 30_000, keepAliveMaxTimeout: 600_000, pipelining: 1, headersTimeout: 0, bodyTimeout: 0})
   }
 
   async close(): Promise<void> {
@@ -139,6 +142,9 @@ export class ControlClient {
         headers: body ? {authorization: this.auth, 'content-type': 'application/json'} : {authorization: this.auth},
         body,
         signal,
+        // Also per call, so no dispatcher default (a shared or replaced one) cuts a call short.
+        headersTimeout: 0,
+        bodyTimeout: 0,
       })
       text = await res.body.text()
     } catch (err) {
