@@ -90,6 +90,14 @@ export async function verifyDir(job: DirJob): Promise<DirResult> {
   return {manifest: r.manifest, keys: r.keys, bytes: r.bytes, duplicates}
 }
 
+/**
+ * The kinds whose records are one per episode (reference 7.6: an environment's EpisodeRecord, the
+ * model's ModelRecord), where a second record of an episode is corrupt state. An agent writes one
+ * record per session and a resources server one per session (keyed by session_key, session_id):
+ * an episode with two sessions has two records there, and Gym's restore installs both.
+ */
+const ONE_RECORD_PER_EPISODE: ReadonlySet<string> = new Set(['environment', 'model'])
+
 const WORKER_URL = new URL('./verify-worker.js', import.meta.url)
 const WORKER_MIN_BYTES = 64 << 20
 /** Directories read at once in this thread when no worker is worth starting (libuv's pool has 4 threads). */
@@ -243,7 +251,7 @@ export async function verifyCheckpoint(location: string, opts: VerifyOptions = {
       if (r instanceof CheckpointStateError) return void mine.push({severity: 'error', where: d.dir, message: r.message})
       Object.assign(v, {ok: true, records: r.keys.length, bytes: r.bytes, recordsSha256: r.manifest.records_sha256, episodes: r.keys})
       countScope(v, scope, summary ? scopeNotes[i]! : null)
-      if (r.duplicates.count) {
+      if (r.duplicates.count && ONE_RECORD_PER_EPISODE.has(d.kind)) {
         v.ok = false
         const named = r.duplicates.first.map((x) => `'${x.key}' (${x.records} records)`).join(', ')
         const more = r.duplicates.count > r.duplicates.first.length ? ` (+${r.duplicates.count - r.duplicates.first.length} more episodes)` : ''

@@ -62,7 +62,7 @@ describe('verify: scope counts in the CLI output', () => {
 
 describe('verify in worker threads: the offline-only checks', () => {
   it('duplicates, a symlink out and scope counts give the same report as in one thread', async () => {
-    const {dir, root} = await make({'agent/agent': [rec('a'), rec('a'), rec('b')], 'environment/env': [rec('a'), rec('b')], 'model/policy': [rec('a')]})
+    const {dir, root} = await make({'agent/agent': [rec('a'), rec('b')], 'environment/env': [rec('a'), rec('a'), rec('b')], 'model/policy': [rec('a')]})
     const outside = path.join(await tempDir(), 'moved')
     await mkdir(outside)
     await rename(path.join(dir, 'gym', 'model', 'policy'), path.join(outside, 'policy'))
@@ -75,8 +75,8 @@ describe('verify in worker threads: the offline-only checks', () => {
       expect.stringMatching(/policy is a symlink to .*moved[/\\]policy, outside the checkpoint directory/),
     ])
     expect(threaded.participants.map((p) => [p.instance, p.inScope, p.outsideScope, p.scopeWithoutRecord])).toEqual([
-      ['agent', 2, 1, 1],
-      ['env', 1, 1, 1],
+      ['agent', 1, 1, 1],
+      ['env', 2, 1, 1],
       ['policy', 0, 0, 0],
     ])
   })

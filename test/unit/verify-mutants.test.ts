@@ -241,11 +241,11 @@ describe('what is missing', () => {
 
 describe('duplicates', () => {
   it('one duplicated episode is named in the singular; more than ten are counted', async () => {
-    const one = await make({records: {'agent/ag': [rec('a'), rec('a')]}, continued: [['a', 0]]})
+    const one = await make({records: {'environment/en': [rec('a'), rec('a')]}, continued: [['a', 0]]})
     const r1 = await verifyCheckpoint(one.root)
     expect(r1.problems[0]!.message).toMatch(/^records-[0-9a-f]{64}\.jsonl holds more than one record of episode 'a' \(2 records\): a restore would install one episode twice$/)
     const keys = Array.from({length: 12}, (_, i) => `d${String(i).padStart(2, '0')}`)
-    const many = await make({records: {'agent/ag': keys.flatMap((k) => [rec(k), rec(k)])}, continued: keys.map((k): Ep => [k, 0])})
+    const many = await make({records: {'model/po': keys.flatMap((k) => [rec(k), rec(k)])}, continued: keys.map((k): Ep => [k, 0])})
     const r2 = await verifyCheckpoint(many.root)
     const named = keys
       .slice(0, 10)

@@ -134,22 +134,42 @@ describe('verifyCheckpoint: what only an offline check refuses', () => {
   const errors = <P extends {severity: string}>(r: {problems: P[]}) => r.problems.filter((p) => p.severity === 'error')
   const manifestOf = async (d: string) => JSON.parse(await readFile(path.join(d, 'manifest.json'), 'utf8')) as {records_file: string; records_sha256: string}
 
-  it('duplicate records of one episode in a records file, naming the episodes and the directory', async () => {
+  it('duplicate records of one episode in an environment records file, naming the episodes and the directory', async () => {
     const {dir} = await make({
-      records: {'agent/agent': [rec('a'), rec('b', 1), rec('a'), rec('c'), rec('a'), rec('c')]},
+      records: {'environment/agent': [rec('a'), rec('b', 1), rec('a'), rec('c'), rec('a'), rec('c')]},
       continued: [
         ['a', 0],
         ['b', 1],
         ['c', 0],
       ],
     })
+    const envAgentDir = (d: string) => path.join(d, 'gym', 'environment', 'agent')
     const r = await verifyCheckpoint(dir)
     expect(r.ok).toBe(false)
-    const m = await manifestOf(agentDir(dir))
+    const m = await manifestOf(envAgentDir(dir))
     expect(errors(r)).toEqual([
-      {severity: 'error', where: agentDir(dir), message: `${m.records_file} holds more than one record of 2 episodes 'a' (3 records), 'c' (2 records): a restore would install one episode twice`},
+      {severity: 'error', where: envAgentDir(dir), message: `${m.records_file} holds more than one record of 2 episodes 'a' (3 records), 'c' (2 records): a restore would install one episode twice`},
     ])
     expect(r.participants[0]).toMatchObject({ok: false, records: 6, inScope: 6, outsideScope: 0, scopeWithoutRecord: 0})
+  })
+
+  it('several records of one episode at an agent or a resources server: one per session, as Gym writes them', async () => {
+    // Reference 7.6: agent records are keyed by session_key, resources records by session_id; an
+    // episode with two sessions has two records, and Gym's restore installs both.
+    const {dir} = await make({
+      records: {'agent/agent': [rec('a'), rec('a'), rec('b')], 'resources/res': [rec('b'), rec('a'), rec('b')]},
+      continued: [
+        ['a', 0],
+        ['b', 0],
+      ],
+    })
+    const r = await verifyCheckpoint(dir)
+    expect(r.problems).toEqual([])
+    expect(r.ok).toBe(true)
+    expect(r.participants.map((p) => [p.kind, p.ok, p.records, p.inScope])).toEqual([
+      ['agent', true, 3, 3],
+      ['resources', true, 3, 3],
+    ])
   })
 
   it('a participant directory that is a symlink leaving the checkpoint directory, naming the link and its target', async () => {
