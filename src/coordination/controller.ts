@@ -7,7 +7,7 @@ import {CheckpointStateError} from '../storage/errors.js'
 import {writeCollectionManifest} from '../storage/collector.js'
 import {probeWritableDir} from '../storage/fsutil.js'
 import {VerifyProblem, verifyCheckpoint} from '../storage/verify.js'
-import {ControllerManifest, FORMAT_VERSION, describeFsError, publishLatest, writeControllerManifest} from '../storage/root.js'
+import {CONTROLLER_MANIFEST, ControllerManifest, FORMAT_VERSION, describeFsError, publishLatest, setAsideControllerManifests, writeControllerManifest} from '../storage/root.js'
 import {ControllerError, CoordinationError, NextStep, ParticipantFailure, failureMessage, nextStep} from './errors.js'
 import {Coordinator, PrepareResult, StageResult, continuedOf, commit, prepare, renew, restartsOf, resume, resumeAll, statusAll} from './operations.js'
 import type {DiscoveredParticipant, Discovery, Participant} from './discover.js'
@@ -455,10 +455,15 @@ export async function commitAndPublish(c: Coordinator, plan: CommitPlan): Promis
         verify instanceof CheckpointStateError ? [{severity: 'error', where: checkpointDir, message: verify.message}] : verify.problems.filter((p) => p.severity === 'error')
       if (!(verify instanceof CheckpointStateError)) verified = verify.participants
       if (errors.length) {
+        // Not left looking published: list and prune count a directory with a controller manifest.
+        const aside = await setAsideControllerManifests(checkpointDir).then(
+          (names) => (names.length ? `; its controller manifest was set aside as ${names.join(' and ')}, so it is not listed as published` : ''),
+          (err: unknown) => `; setting its controller manifest aside failed (${describeFsError(err)}): remove ${path.join(checkpointDir, CONTROLLER_MANIFEST)} before pruning`,
+        )
         // The same details as a restore refusing a checkpoint that fails verification.
         throw new ControllerError(
           'invalid_checkpoint',
-          `checkpoint ${checkpointDir} was committed but does not verify, so it was not published (LATEST is unchanged): ${errors.map((p) => `${p.where}: ${p.message}`).join('; ')}`,
+          `checkpoint ${checkpointDir} was committed but does not verify, so it was not published (LATEST is unchanged)${aside}: ${errors.map((p) => `${p.where}: ${p.message}`).join('; ')}`,
           {checkpoint_dir: checkpointDir, problems: errors},
         )
       }

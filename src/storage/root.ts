@@ -8,7 +8,7 @@ import {allInOrder, createExclusive, fsyncDir, replaceAtomic} from './fsutil.js'
 import type {ControllerManifest, GymCollectionManifest} from './manifest-schemas.js'
 
 // node:fs and node:fs/promises come from process.getBuiltinModule, not an import: see fsutil.ts.
-const {lstat, readFile, readdir, stat} = process.getBuiltinModule('node:fs/promises')
+const {lstat, readFile, readdir, rename, stat} = process.getBuiltinModule('node:fs/promises')
 
 export type {ControllerManifest, GymCollectionManifest} from './manifest-schemas.js'
 
@@ -39,6 +39,31 @@ export async function writeControllerManifest(checkpointDir: string, m: Controll
     throw new CheckpointStateError(`${target} already exists (${existing.length} bytes); a published checkpoint is never rewritten`)
   }
   await fsyncDir(checkpointDir)
+}
+
+/** What a controller manifest is renamed to when its checkpoint is refused: `gymckpt.refused.json`. */
+export function refusedName(manifest: string): string {
+  return manifest.replace(/\.json$/, '.refused.json')
+}
+
+/**
+ * Sets the controller manifests of a checkpoint that was committed but refused (the publish gate)
+ * aside under their refused names: a directory with gymckpt.json or collection.json counts as
+ * published (list, prune's "newest published"), which a refused one must not. Returns the names
+ * set aside; the content is kept for inspection.
+ */
+export async function setAsideControllerManifests(checkpointDir: string): Promise<string[]> {
+  const moved: string[] = []
+  for (const name of [CONTROLLER_MANIFEST, GYM_COLLECTION_MANIFEST]) {
+    try {
+      await rename(path.join(checkpointDir, name), path.join(checkpointDir, refusedName(name)))
+      moved.push(refusedName(name))
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err
+    }
+  }
+  if (moved.length) await fsyncDir(checkpointDir)
+  return moved
 }
 
 /** Publication: LATEST is replaced atomically, so readers see the old or the new ID, never half. */

@@ -10,6 +10,8 @@ import {discover} from '../../src/coordination/discover.js'
 import {ControllerError, CoordinationError} from '../../src/coordination/errors.js'
 import {FULL, TOKEN, coordinatorFor, fakeParticipant, later, startFleet, startServer} from '../helpers/fleet.js'
 import {tempDir} from '../helpers/tmp.js'
+import {listCheckpoints} from '../../src/storage/catalog.js'
+import {planPrune} from '../../src/storage/prune.js'
 
 /** Nothing from outside is trusted as a path: names from participants, the root, the ID. */
 
@@ -112,6 +114,28 @@ describe('the publish gate', () => {
     expect(err.message).toMatch(/was committed but does not verify, so it was not published \(LATEST is unchanged\)/)
     expect(err.message).toContain('participant liar committed but its directory is missing')
     expect((await readFile(path.join(root, 'LATEST'), 'utf8')).trim()).toBe(good.checkpointId)
+    // Set aside, so that list and prune do not count it among the published checkpoints.
+    const refused = (err.details as {checkpoint_dir: string}).checkpoint_dir
+    expect(err.message).toContain('its controller manifest was set aside as gymckpt.refused.json, so it is not listed as published')
+    expect((await readdir(refused)).sort()).toEqual(['gym', 'gymckpt.refused.json'])
+    expect(JSON.parse(await readFile(path.join(refused, 'gymckpt.refused.json'), 'utf8'))).toMatchObject({checkpoint_id: path.basename(refused)})
+    const listed = await listCheckpoints(root)
+    expect(listed.checkpoints.map((x) => [x.id, x.state])).toEqual(
+      expect.arrayContaining([
+        [good.checkpointId, 'published'],
+        [path.basename(refused), 'partial'],
+      ]),
+    )
+    // Prune now keeps it as possibly in progress (it is newer than LATEST). After two more good
+    // checkpoints it keeps those two: the first good one goes as an older published checkpoint,
+    // the refused one as never published (had it still looked published, it would have been
+    // kept among the two newest and the second good one removed).
+    expect((await planPrune(root, 2)).keep.map((e) => e.name)).toEqual(expect.arrayContaining([good.checkpointId, path.basename(refused)]))
+    const second = await checkpoint(c, {root, timeoutS: 5, episodes: []})
+    const third = await checkpoint(c, {root, timeoutS: 5, episodes: []})
+    const plan = await planPrune(root, 2)
+    expect(plan.remove.map((e) => e.name).sort()).toEqual([good.checkpointId, path.basename(refused)].sort())
+    expect(plan.keep.map((e) => e.name)).toEqual(expect.arrayContaining([second.checkpointId, third.checkpointId]))
   })
 })
 
