@@ -87,7 +87,9 @@ describe('untrusted commit replies and the publish gate', () => {
     expect(details.problems.length).toBeGreaterThanOrEqual(2)
     expect(details.problems.some((p) => p.severity === 'error' && p.message.includes('participant liar1 committed but its directory is missing'))).toBe(true)
     expect(details.problems.some((p) => p.severity === 'error' && p.message.includes('participant liar2 committed but its directory is missing'))).toBe(true)
-    expect(err.message).toContain(`so it was not published (LATEST is unchanged): ${details.problems.map((p) => `${p.where}: ${p.message}`).join('; ')}`)
+    expect(err.message).toContain(
+      `so it was not published (LATEST is unchanged); its controller manifest was set aside as gymckpt.refused.json, so it is not listed as published: ${details.problems.map((p) => `${p.where}: ${p.message}`).join('; ')}`,
+    )
   })
 
   it('a LATEST that cannot be replaced: invalid_checkpoint naming it, after the manifest was written', async () => {
