@@ -19,6 +19,7 @@ import {
   readCheckpointSummary,
   readLatest,
   resolveCheckpoint,
+  setAsideControllerManifests,
   writeControllerManifest,
 } from '../../src/storage/root.js'
 import {tempDir} from '../helpers/tmp.js'
@@ -303,3 +304,25 @@ describe('listParticipantDirs when gym/ cannot be listed', () => {
 function escape(s: string): string {
   return s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')
 }
+
+describe('setAsideControllerManifests (a checkpoint the publish gate refused)', () => {
+  it('renames gymckpt.json and collection.json, keeps their bytes, and names what it moved', async () => {
+    const dir = await tempDir()
+    await writeFile(path.join(dir, 'gymckpt.json'), '{"a": 1}\n')
+    await writeFile(path.join(dir, 'collection.json'), '{"b": 2}\n')
+    expect(await setAsideControllerManifests(dir)).toEqual(['gymckpt.refused.json', 'collection.refused.json'])
+    expect((await readdir(dir)).sort()).toEqual(['collection.refused.json', 'gymckpt.refused.json'])
+    expect(await readFile(path.join(dir, 'gymckpt.refused.json'), 'utf8')).toBe('{"a": 1}\n')
+    expect(await readFile(path.join(dir, 'collection.refused.json'), 'utf8')).toBe('{"b": 2}\n')
+    // Nothing (left) to move is no error.
+    expect(await setAsideControllerManifests(dir)).toEqual([])
+  })
+
+  it('a failure other than a missing file is raised', async () => {
+    const dir = await tempDir()
+    // A directory in the way of the new name: rename(2) refuses to replace it with a file.
+    await writeFile(path.join(dir, 'gymckpt.json'), '{}')
+    await mkdir(path.join(dir, 'gymckpt.refused.json', 'x'), {recursive: true})
+    await expect(setAsideControllerManifests(dir)).rejects.toMatchObject({code: 'EISDIR'})
+  })
+})
