@@ -71,7 +71,16 @@ const commitFields = {
   continued: z.array(Episode).describe('the commit scope: continued(episodes)'),
   restarted: z.array(Episode),
   awaited_runs: z.array(Episode).describe('/run calls whose replies were awaited before the scope was built'),
-  participants: z.array(z.strictObject({server: z.string(), manifest: ParticipantManifest, episode_ids: z.array(z.string())})).describe('what each participant committed'),
+  participants: z
+    .array(
+      z.strictObject({
+        server: z.string(),
+        manifest: ParticipantManifest,
+        episode_ids: z.array(z.string()),
+        staging_keys: z.array(z.string()).optional().describe("the policy model's token-store keys the checkpoint still references: keep them"),
+      }),
+    )
+    .describe('what each participant committed'),
   timings: timings(),
 }
 

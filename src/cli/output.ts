@@ -121,7 +121,7 @@ export function commitJson(out: CommitOutcome) {
     continued: episodesJson(out.continued),
     restarted: episodesJson(out.restarted),
     awaited_runs: episodesJson(out.awaitedRuns),
-    participants: [...out.replies].map(([server, r]) => ({server, manifest: manifestJson(r.manifest), episode_ids: r.episode_ids})),
+    participants: [...out.replies].map(([server, r]) => ({server, manifest: manifestJson(r.manifest), episode_ids: r.episode_ids, ...(r.staging_keys ? {staging_keys: r.staging_keys} : {})})),
     timings: timingsJson(out.timings),
   }
 }

@@ -51,6 +51,11 @@ export interface Participant {
    * only in `scope`, on every kind. A null scope exports everything live.
    */
   exportRecords(scope: ReadonlySet<string> | null): ExportedRecord[]
+  /**
+   * Extra fields of the commit reply for these exported records (Gym's commit_reply): the policy
+   * model's `staging_keys`, the token-store keys they reference. Other kinds add nothing.
+   */
+  commitReplyExtras?(exported: ExportedRecord[]): {staging_keys?: string[]}
   /** Throws a message when a restored record is invalid for this participant. */
   validateRecord(key: string, record: PyValue): void
   /** Installs records under their next attempt. `scope` is every episode the restore continues. */
@@ -325,7 +330,7 @@ export class ControlPlane {
     return this.lock.run(() => {
       this.admit(id, ['prepared', 'committed'])
       this.phase = 'committed'
-      const reply = {phase: 'committed', manifest: raced.value, episode_ids: job.exportedKeys}
+      const reply = {phase: 'committed', manifest: raced.value, episode_ids: job.exportedKeys, ...this.participant.commitReplyExtras?.(job.exported!)}
       this.remember(id, 'commit', args, reply)
       return reply
     })

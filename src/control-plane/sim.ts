@@ -409,6 +409,17 @@ export class SimDownstream extends SimBase {
     return out
   }
 
+  /** The model's staging keys: one token-store key per call an exported session made (`<capture key>/call-<n>`), sorted. */
+  commitReplyExtras(exported: ExportedRecord[]): {staging_keys?: string[]} {
+    if (this.kind !== 'model') return {}
+    const keys: string[] = []
+    for (const r of exported) {
+      const calls = pyGet(pyGet(r.record, 'state'), 'calls') as number
+      for (let n = 1; n <= calls; n++) keys.push(`${captureKey(r.episode)}/call-${n}`)
+    }
+    return {staging_keys: keys.sort()}
+  }
+
   validateRecord(_key: string, record: PyValue): void {
     const st = pyGet(record, 'state')
     if (!isPyDict(st) || typeof pyGet(st, 'chain') !== 'string' || typeof pyGet(st, 'calls') !== 'number') throw new Error('state must be {chain, calls}')

@@ -425,7 +425,7 @@ export async function commitAndPublish(c: Coordinator, plan: CommitPlan): Promis
         restarted: restarted.map(toWire),
         participants: c.participants.map((p) => {
           const r = replies.get(p.server)!
-          return {server: p.server, kind: p.kind, instance: p.instance, manifest: r.manifest, episode_ids: r.episode_ids}
+          return {server: p.server, kind: p.kind, instance: p.instance, manifest: r.manifest, episode_ids: r.episode_ids, ...(r.staging_keys ? {staging_keys: r.staging_keys} : {})}
         }),
       }
       if (plan.controllerState) manifest.controller_state = plan.controllerState()

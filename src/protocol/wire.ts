@@ -104,6 +104,12 @@ export const CommitReply = z.looseObject({
   phase: z.string(),
   manifest: ParticipantManifest,
   episode_ids: z.array(z.string()).default([]),
+  /**
+   * The policy model's token-store keys that the checkpointed episodes still reference: the
+   * training framework must keep them, or a restore of the model's generation cuts fails
+   * (reference 4.6). Other kinds send none.
+   */
+  staging_keys: z.array(z.string()).optional(),
 })
 export type CommitReply = z.infer<typeof CommitReply>
 

@@ -16,7 +16,17 @@ export const ControllerManifest = z.object({
   created_at: z.number(),
   continued: z.array(EpisodeIdWire),
   restarted: z.array(EpisodeIdWire),
-  participants: z.array(z.object({server: z.string(), kind: z.string(), instance: z.string(), manifest: ParticipantManifest, episode_ids: z.array(z.string())})),
+  participants: z.array(
+    z.object({
+      server: z.string(),
+      kind: z.string(),
+      instance: z.string(),
+      manifest: ParticipantManifest,
+      episode_ids: z.array(z.string()),
+      /** The model's commit reply's staging_keys (reference 4.6), when it sent them. */
+      staging_keys: z.array(z.string()).optional(),
+    }),
+  ),
   /** Opaque state the controller keeps with the checkpoint (the demo keeps completed results). */
   controller_state: z.unknown().optional(),
 })

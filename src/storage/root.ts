@@ -221,7 +221,7 @@ function participantManifestFast(v: unknown): ParticipantManifest | null {
   return copyExtras(v, PARTICIPANT_MANIFEST_KEYS, out) ? (out as ParticipantManifest) : null
 }
 
-const PARTICIPANT_KEYS: ReadonlySet<string> = new Set(['server', 'kind', 'instance', 'manifest', 'episode_ids'])
+const PARTICIPANT_KEYS: ReadonlySet<string> = new Set(['server', 'kind', 'instance', 'manifest', 'episode_ids', 'staging_keys'])
 
 function participantFast(v: unknown): ControllerManifest['participants'][number] | null {
   const o = closedObject(v, PARTICIPANT_KEYS)
@@ -229,7 +229,14 @@ function participantFast(v: unknown): ControllerManifest['participants'][number]
   const manifest = participantManifestFast(o.manifest)
   const episodeIds = arrayOf(o.episode_ids, asString)
   if (manifest === null || episodeIds === null) return null
-  return {server: o.server, kind: o.kind, instance: o.instance, manifest, episode_ids: episodeIds}
+  const p: ControllerManifest['participants'][number] = {server: o.server, kind: o.kind, instance: o.instance, manifest, episode_ids: episodeIds}
+  if ('staging_keys' in o) {
+    // As zod's .optional(): a key present with undefined stays, undefined.
+    const staging = o.staging_keys === undefined ? undefined : arrayOf(o.staging_keys, asString)
+    if (staging === null) return null
+    p.staging_keys = staging
+  }
+  return p
 }
 
 const CONTROLLER_KEYS: ReadonlySet<string> = new Set(['format_version', 'checkpoint_id', 'created_at', 'continued', 'restarted', 'participants', 'controller_state'])

@@ -51,13 +51,18 @@ const participantManifest = fc
     fc.boolean(),
   )
   .map(([x, fields, extrasFirst]) => (extrasFirst ? {...x, ...fields} : {...fields, ...x}))
-const participant = fc.record({
-  server: fc.string({maxLength: 8}),
-  kind: fc.string({maxLength: 8}),
-  instance: fc.string({maxLength: 8}),
-  manifest: participantManifest,
-  episode_ids: fc.array(fc.string({maxLength: 6}), {maxLength: 4}),
-})
+const participant = fc.record(
+  {
+    server: fc.string({maxLength: 8}),
+    kind: fc.string({maxLength: 8}),
+    instance: fc.string({maxLength: 8}),
+    manifest: participantManifest,
+    episode_ids: fc.array(fc.string({maxLength: 6}), {maxLength: 4}),
+    // The model's (the mutations below also make it something zod refuses).
+    staging_keys: fc.array(fc.string({maxLength: 6}), {maxLength: 4}),
+  },
+  {requiredKeys: ['server', 'kind', 'instance', 'manifest', 'episode_ids']},
+)
 const controllerManifest = fc.record(
   {
     format_version: fc.constant(FORMAT_VERSION),
