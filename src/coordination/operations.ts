@@ -301,10 +301,13 @@ export async function retireEach(c: Coordinator, checkpointId: string, perServer
 }
 
 /**
- * Restores all or nothing. On any failure, each participant whose restore installed state retires
- * exactly the replacement attempts it installed (a participant whose restore failed installed
- * nothing, and may hold live work that must not be touched), every participant is resumed, and
- * the restore's own error is raised, never a cleanup error.
+ * Restores all or nothing. On any failure, each participant whose restore may have installed
+ * state retires the replacement attempts: those it reported installing, or, where its reply was
+ * lost, it missed its deadline or it failed inside (5xx), all of them (Gym's install outlives the
+ * deadline and may stop half way, reference 4.7; Gym's own cleanup retires them everywhere, 9.5).
+ * A participant that refused the restore before installing (a busy one: invalid_phase; a state it
+ * cannot read: 422) is not touched: it may hold live work. Every participant is resumed, and the
+ * restore's own error is raised, never a cleanup error.
  */
 export async function restore(c: Coordinator, restoreId: string, checkpointDir: string, episodes: EpisodeId[], deadlineTs: number, log?: (m: string) => void): Promise<RestoreOutcome> {
   const body = encodeBody({checkpoint_id: restoreId, deadline_ts: deadlineTs, checkpoint_dir: checkpointDir, episode_ids: episodes.map(toWire)})
@@ -315,6 +318,9 @@ export async function restore(c: Coordinator, restoreId: string, checkpointDir: 
   const cleanupDeadline = Math.max(deadlineTs, Date.now() / 1000 + 30)
   const installed = new Map<string, EpisodeId[]>()
   for (const [server, reply] of r.replies) installed.set(server, reply.restored.map(fromCaptureKey))
+  // Admitted (idle, and fresh by the restore's preflight), then failed: it may have installed any
+  // part of the scope, and each replacement attempt there can only be the restore's own.
+  for (const f of r.failures) if (f.code === 'deadline_exceeded' || (f.status !== null && f.status >= 500)) installed.set(f.server, episodes.map(nextAttempt))
   // No reply (timeout, reset, interrupt): the restore may have landed. Only a participant that
   // reports itself restored under this ID holds what it installed, and a participant restores
   // only a process without live work, so every replacement attempt there is the restore's own.

@@ -373,7 +373,7 @@ describe('the one-shot fan-outs', () => {
 })
 
 describe('restore cleanup', () => {
-  it('a failed restore retires on each participant only what it installed, resumes everyone, and raises the restore error', async () => {
+  it('a failed restore retires on each participant what it installed (all of it where it failed inside), resumes everyone, and raises the restore error', async () => {
     const {fleet, c} = await wide()
     // A checkpoint to restore: run two episodes to a boundary, commit, resume.
     const root = await tempDir()
@@ -397,8 +397,14 @@ describe('restore cleanup', () => {
     const env1 = bodies(fresh, 'retire', 'a-env')
     expect(env1.map((b) => b.episode_ids)).toEqual([[{rollout_id: 'e1', attempt: 1}]])
     expect(bodies(fresh, 'retire', 'z-env').map((b) => b.episode_ids)).toEqual([[{rollout_id: 'e2', attempt: 1}]])
-    // The failed participant installed nothing and is not retired.
-    expect(bodies(fresh, 'retire', 'y-model')).toEqual([])
+    // The failed participant (a 500: it may have stopped half way through its install) retires
+    // every replacement attempt.
+    expect(bodies(fresh, 'retire', 'y-model').map((b) => b.episode_ids)).toEqual([
+      [
+        {rollout_id: 'e1', attempt: 1},
+        {rollout_id: 'e2', attempt: 1},
+      ],
+    ])
     for (const s of fresh.servers) {
       expect(s.controlPlane!.phase, s.name).toBe('idle')
       expect(
@@ -419,15 +425,15 @@ describe('restore cleanup', () => {
     await run
     const fresh = await startFleet({members: WIDE})
     const fc = await coordinatorFor(fresh)
-    // a-env installs, then the connection drops before its reply; b-model refuses outright.
+    // a-env installs, then the connection drops before its reply; b-model refuses outright (busy).
     fresh.server('a-env').faults.add('restore', {type: 'drop-after'})
-    fresh.server('b-model').faults.add('restore', {type: 'status', status: 500})
+    fresh.server('b-model').faults.add('restore', {type: 'status', status: 409, body: JSON.stringify({error: {code: 'invalid_phase', detail: 'busy'}})})
     // c-agent's connection drops before its restore is handled: no reply, and nothing installed.
     fresh.server('c-agent').faults.add('restore', {type: 'drop'})
     const err = (await restore(fc, 'rs-2', root, [episode('e1')], soon()).catch((e: unknown) => e)) as CoordinationError
     expect(err.failures.map((f) => [f.server, f.status])).toEqual([
       ['a-env', null],
-      ['b-model', 500],
+      ['b-model', 409],
       ['c-agent', null],
     ])
     expect(bodies(fresh, 'retire', 'a-env').map((b) => b.episode_ids)).toEqual([[{rollout_id: 'e1', attempt: 1}]])
@@ -438,6 +444,38 @@ describe('restore cleanup', () => {
     expect(bodies(fresh, 'retire', 'c-agent')).toEqual([])
     expect(bodies(fresh, 'retire', 'b-model')).toEqual([])
     expect(fresh.server('a-env').controlPlane!.phase).toBe('idle')
+  })
+
+  it('a participant that missed its deadline retires every replacement attempt; one that refused before installing is not touched', async () => {
+    const {fleet, c} = await wide()
+    const root = await tempDir()
+    const run = fleet.run({rolloutId: 'e1', steps: 4, stepMs: 40}, 'a-env')
+    await new Promise((r) => setTimeout(r, 60))
+    await prepare(c, 'ck-v', soon())
+    await commit(c, 'ck-v', root, [episode('e1')], soon())
+    await resume(c, 'ck-v', soon())
+    await run
+    const fresh = await startFleet({members: WIDE})
+    const fc = await coordinatorFor(fresh)
+    const refusal = (status: number, code: string) => ({type: 'status' as const, status, body: JSON.stringify({error: {code, detail: 'x'}})})
+    // Gym's install outlives the deadline: a participant answering deadline_exceeded may go on installing.
+    fresh.server('b-model').faults.add('restore', refusal(409, 'deadline_exceeded'))
+    fresh.server('c-agent').faults.add('restore', refusal(422, 'invalid_checkpoint_state'))
+    fresh.server('d-res').faults.add('restore', refusal(409, 'invalid_phase'))
+    const err = (await restore(fc, 'rs-4', root, [episode('e1')], soon()).catch((e: unknown) => e)) as CoordinationError
+    expect(err.failures.map((f) => [f.server, f.code])).toEqual([
+      ['b-model', 'deadline_exceeded'],
+      ['c-agent', 'invalid_checkpoint_state'],
+      ['d-res', 'invalid_phase'],
+    ])
+    expect(bodies(fresh, 'retire', 'b-model').map((b) => b.episode_ids)).toEqual([[{rollout_id: 'e1', attempt: 1}]])
+    expect(bodies(fresh, 'retire', 'c-agent')).toEqual([])
+    expect(bodies(fresh, 'retire', 'd-res')).toEqual([])
+    for (const s of fresh.servers)
+      expect(
+        bodies(fresh, 'resume', s.name).map((b) => b.checkpoint_id),
+        s.name,
+      ).toEqual(['rs-4'])
   })
 
   it('a cleanup that fails is logged, and the restore error is still the one raised', async () => {
