@@ -77,6 +77,14 @@ export const episodeFlags = (what: string) => ({
   'episodes-file': Flags.string({summary: `File of ${what.toLowerCase()}, one per line or one JSON array ('-' for stdin).`, aliases: ['episodes']}),
 })
 
+/** The episode flags as given, for a printed next step that repeats the command. */
+export function episodeArgs(f: {episode?: string[]; 'episodes-file'?: string}): string[] {
+  return [...(f.episode ?? []).flatMap((e) => ['--episode', e]), ...(f['episodes-file'] !== undefined ? ['--episodes-file', f['episodes-file']] : [])]
+}
+
+/** How to give the commit scope on the command line (the error when a fleet with a policy model gets none). */
+export const SCOPE_HINT = 'pass them with --episode or --episodes-file (an empty file, e.g. /dev/null, when none continue)'
+
 /** Rollout IDs as values (`--rollout`, repeatable) and from a file (`--rollouts-file`; `--rollouts` is a hidden alias). */
 export const rolloutFlags = (what: string) => ({
   rollout: Flags.string({summary: `${what} (no attempt suffix); repeatable.`, multiple: true}),

@@ -1,9 +1,9 @@
 import {Flags} from '@oclif/core'
 
 import {FleetCommand, timeoutFlag, fleetExitCodes} from '../cli/base.js'
-import {checkpointId, episodeFlags, rootFlag, seconds} from '../cli/flags.js'
+import {SCOPE_HINT, checkpointId, episodeArgs, episodeFlags, rootFlag, seconds} from '../cli/flags.js'
 import {episodeInputs} from '../cli/inputs.js'
-import {commitJson, keys, note, timingsTable, warn} from '../cli/output.js'
+import {commitJson, keys, note, timingsTable} from '../cli/output.js'
 import {progressMode, withProgress} from '../cli/progress.js'
 import {checkpoint} from '../coordination/controller.js'
 import {ControllerError, nextStep} from '../coordination/errors.js'
@@ -18,12 +18,12 @@ is resumed before the command exits. Leases are renewed while it runs.
 Progress (each phase's stage, the servers still pending, the time left to the deadline) goes to stderr on a terminal (GYMCKPT_PROGRESS=plain also elsewhere, off never); at the end a table of each participant's call times, records and bytes goes to stderr, and to --json as timings.\n\n${fleetExitCodes('participant', 'not_prepared', 'invalid_checkpoint', 'fleet_state')}`
   static override examples = [
     '<%= config.bin %> checkpoint --fleet fleet.yaml --root /shared/ckpt --episodes-file inflight.txt',
-    '<%= config.bin %> checkpoint --head http://head:11000 --root /shared/ckpt --json',
+    'trainer-inflight | <%= config.bin %> checkpoint --head http://head:11000 --root /shared/ckpt --episodes-file - --json',
   ]
   static override flags = {
     root: rootFlag(),
     id: checkpointId({summary: 'Checkpoint ID (default: a new ckpt-<time>-<hex>).'}),
-    ...episodeFlags('Episodes the controller continues (default: no scope)'),
+    ...episodeFlags('Episodes the controller continues (required with a policy model)'),
     timeout: timeoutFlag,
     'renew-every': seconds({summary: 'Seconds between lease renewals while the checkpoint runs.', default: 60, max: 3600}),
     'keep-closed': Flags.boolean({summary: 'When prepare misses its deadline, leave the fleet closed for inspection.'}),
@@ -31,7 +31,6 @@ Progress (each phase's stage, the servers still pending, the time left to the de
 
   async run(): Promise<CommandJson<'checkpoint'>> {
     const episodes = await episodeInputs(this.flags)
-    if (!episodes) warn('no --episode or --episodes-file: committing without a scope; every participant exports all of its live episodes')
     const root = await this.rootDir(this.flags.root)
     const {coordinator} = await this.connect()
     const out = await withProgress(
@@ -49,6 +48,7 @@ Progress (each phase's stage, the servers still pending, the time left to the de
             checkpointId: this.flags.id,
             timeoutS: this.flags.timeout,
             episodes,
+            scopeHint: SCOPE_HINT,
             renewEveryMs: this.flags['renew-every'] * 1000,
             keepClosedOnBlockers: this.flags['keep-closed'],
             log: note,
@@ -73,8 +73,7 @@ Progress (each phase's stage, the servers still pending, the time left to the de
     const f = this.flags
     return [
       ...(f.root ? ['--root', f.root] : []),
-      ...(f.episode ?? []).flatMap((e) => ['--episode', e]),
-      ...(f['episodes-file'] ? ['--episodes-file', f['episodes-file']] : []),
+      ...episodeArgs(f),
       ...(f.timeout !== 300 ? ['--timeout', String(f.timeout)] : []),
       ...(f['renew-every'] !== 60 ? ['--renew-every', String(f['renew-every'])] : []),
     ]

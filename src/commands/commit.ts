@@ -1,11 +1,11 @@
 import {Flags} from '@oclif/core'
 
-import {checkpointId, episodeFlags, rootFlag} from '../cli/flags.js'
+import {SCOPE_HINT, checkpointId, episodeArgs, episodeFlags, rootFlag} from '../cli/flags.js'
 import {FleetCommand, timeoutFlag, fleetExitCodes} from '../cli/base.js'
 import {episodeInputs} from '../cli/inputs.js'
-import {commitJson, keys, note, timingsTable, warn} from '../cli/output.js'
+import {commitJson, keys, note, timingsTable} from '../cli/output.js'
 import {progressMode, withProgress} from '../cli/progress.js'
-import {checkRoot, commitAndPublish, preparedForCommit} from '../coordination/controller.js'
+import {checkRoot, checkScope, commitAndPublish, preparedForCommit} from '../coordination/controller.js'
 import {ControllerError, nextStep} from '../coordination/errors.js'
 import type {CommandJson} from '../cli/json-schemas.js'
 
@@ -27,7 +27,7 @@ Progress (each phase's stage, the servers still pending, the time left to the de
   static override flags = {
     root: rootFlag(),
     id: checkpointId({summary: 'Checkpoint ID (default: the one every participant is prepared under).'}),
-    ...episodeFlags('Episodes the controller continues (default: no scope)'),
+    ...episodeFlags('Episodes the controller continues (required with a policy model)'),
     'no-publish': Flags.boolean({summary: 'Commit only; write neither gymckpt.json nor LATEST.'}),
     timeout: timeoutFlag,
   }
@@ -38,8 +38,9 @@ Progress (each phase's stage, the servers still pending, the time left to the de
     // Tolerant: a member that died since prepare must not leave the others closed.
     const {coordinator, discovery} = await this.connect({tolerant: true})
     const deadlineTs = Date.now() / 1000 + this.flags.timeout
-    const {checkpointId: id, restarts} = await preparedForCommit(coordinator, discovery, {id: this.flags.id, deadlineTs, log: note, again: this.rootArgs()})
-    if (!episodes) warn('no --episode or --episodes-file: committing without a scope; every participant exports all of its live episodes')
+    const {checkpointId: id, restarts} = await preparedForCommit(coordinator, discovery, {id: this.flags.id, deadlineTs, log: note, again: [...this.rootArgs(), ...episodeArgs(this.flags)]})
+    // The fleet stays prepared: the same command with a scope commits it.
+    checkScope(coordinator, episodes, SCOPE_HINT)
     const out = await withProgress(
       {commit: {title: this.flags['no-publish'] ? 'commit' : 'commit and publish', operations: ['commit']}},
       {mode: progressMode(this.jsonEnabled()), signal: this.signal},

@@ -33,7 +33,10 @@ closed until 'commit' and 'resume'; leases end deadline + grace (Gym: 600 s) aft
     const prep = await prepareOrAbort(coordinator, id, deadlineTs, {keepClosed: this.flags['keep-closed'], log: note})
     const restarts = prep.restarts()
     // commit publishes and does not resume: the resume is its own step, as in Gym's coordination.
-    const next = [this.nextLine(nextStep('commit', ['--id', id, ...(this.flags.root ? ['--root', this.flags.root] : root ? [] : ['--root', 'ROOT'])])), this.nextLine(nextStep('resume', ['--id', id]))]
+    const next = [
+      this.nextLine(nextStep('commit', ['--id', id, ...(this.flags.root ? ['--root', this.flags.root] : root ? [] : ['--root', 'ROOT']), '--episodes-file', '-'])),
+      this.nextLine(nextStep('resume', ['--id', id])),
+    ]
     if (!this.jsonEnabled()) {
       this.log(id)
       note(`prepared ${prep.replies.size} participant(s); restarts: ${keys(restarts)}`)

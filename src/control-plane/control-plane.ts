@@ -309,6 +309,9 @@ export class ControlPlane {
           const bad = sortedKeys(scope).filter((k) => restarts.has(k))
           if (bad.length) throw new ControlError('restart_in_scope', `the commit scope names episodes that restart: ${JSON.stringify(bad)}`)
         }
+        // Gym's policy model exports only the scope, and refuses a commit that names none
+        // (reference 4.6); it stays prepared, and nothing is remembered.
+        if (!scope && this.participant.kind === 'model') throw new ControlError('checkpoint_error', 'model commit needs the episode_ids the controller continues')
         const scopeKeys = scope ? new Set(scope.map(captureKey)) : null
         job = {args, scope: scopeKeys, exported: null, write: null, exportedKeys: [], cleanup: null, stopped: false}
         try {

@@ -288,7 +288,7 @@ export async function preparePreflight(c: Coordinator, id: string): Promise<void
   const list = [...open].map(([k, servers]) => `'${k}' on ${servers.join(', ')}`).join('; ')
   throw new ControllerError(
     'fleet_state',
-    `another checkpoint is open: ${list}; nothing was sent. Finish it first: commit it (gymckpt commit --id ID --root ROOT) or resume it, unless another controller is still working on it.`,
+    `another checkpoint is open: ${list}; nothing was sent. Finish it first: commit it (gymckpt commit --id ID --root ROOT --episodes-file FILE) or resume it, unless another controller is still working on it.`,
     {open: [...open].map(([id, participants]) => ({checkpoint_id: id, participants}))},
   ).withNext(...[...open.keys()].map((k) => nextStep('resume', ['--id', k])))
 }
@@ -377,6 +377,23 @@ export async function checkRoot(root: string): Promise<string> {
 }
 
 /**
+ * Refuses a commit without a scope where a policy model takes part: Gym's model exports only the
+ * scope and answers a commit without episode_ids with 409 checkpoint_error (reference 4.6), so the
+ * checkpoint would fail after prepare closed the fleet for nothing. `how` says, in the caller's
+ * terms, how to give the scope.
+ */
+export function checkScope(c: Coordinator, episodes: EpisodeId[] | null | undefined, how = 'name them (an empty list when none continue)'): void {
+  if (episodes != null) return
+  const model = c.participants.find((p) => p.kind === 'model')
+  if (model) {
+    throw new ControllerError(
+      'input',
+      `no commit scope: the policy model ${model.server} refuses a commit that does not name the episodes the controller continues (Gym answers 409 checkpoint_error); ${how}; nothing was sent`,
+    )
+  }
+}
+
+/**
  * Commits everywhere at once with scope = continued(episodes), waits for /run replies already on
  * the wire, then writes the controller manifest and publishes LATEST: only after every commit
  * succeeded.
@@ -384,6 +401,7 @@ export async function checkRoot(root: string): Promise<string> {
 export async function commitAndPublish(c: Coordinator, plan: CommitPlan): Promise<CommitOutcome> {
   const timer = new CallTimer()
   c = timer.wrap(c)
+  checkScope(c, plan.episodes)
   return timer.timed(c.participants, async () => {
     const checkpointDir = path.join(path.resolve(plan.root), plan.checkpointId)
     try {
@@ -507,6 +525,8 @@ export interface CheckpointOptions {
   /** Seconds each phase (prepare+commit, then resume) may take. */
   timeoutS?: number
   episodes?: EpisodeId[] | null
+  /** How to give a scope, in the caller's terms, for the error when there is none (checkScope). */
+  scopeHint?: string
   tracker?: RunTracker
   controllerState?: () => unknown
   /** Also write Gym's collection.json with this run ID. */
@@ -536,6 +556,8 @@ export async function checkpoint(c: Coordinator, opts: CheckpointOptions): Promi
   c = timer.wrap(c)
   return timer.timed(c.participants, async () => {
     await checkRoot(opts.root)
+    // Before prepare (a tracker always gives a scope: its candidates, taken at commit).
+    checkScope(c, opts.episodes !== undefined ? opts.episodes : opts.tracker ? [] : null, opts.scopeHint)
     phase('prepare', 'start')
     // prepareOrAbort resumes by itself when prepare does not succeed.
     const prep = await prepareOrAbort(c, id, deadlineTs, {keepClosed: opts.keepClosedOnBlockers, log}).catch((err: unknown) => {

@@ -122,10 +122,10 @@ describe('gymckpt CLI (built, run as a process)', {timeout: 120_000}, () => {
     await waitFor(async () => (await readFile(fleetFile, 'utf8').catch(() => '')).includes('judge_model'), 20_000, 'fleet file')
     const d = await cli(['discover', '--fleet', fleetFile, '--json'])
     expect(d.json.participants.map((p: {server: string}) => p.server)).toEqual(['weather_env', 'policy_model', 'simple_agent', 'weather_resources'])
-    const failed = await cli(['checkpoint', '--fleet', fleetFile, '--root', dir, '--json'])
+    const failed = await cli(['checkpoint', '--episodes-file', '/dev/null', '--fleet', fleetFile, '--root', dir, '--json'])
     expect(failed.code).toBe(4)
     expect(failed.json.error.message).toContain('policy_model: HTTP 503')
-    const ok = await cli(['checkpoint', '--fleet', fleetFile, '--root', dir, '--json'])
+    const ok = await cli(['checkpoint', '--episodes-file', '/dev/null', '--fleet', fleetFile, '--root', dir, '--json'])
     expect(ok.code, ok.stdout).toBe(0)
     proc!.kill('SIGINT')
     const r = await run
@@ -148,7 +148,7 @@ describe('gymckpt CLI (built, run as a process)', {timeout: 120_000}, () => {
   it('prune is a dry run unless --yes', async () => {
     const fleet = await startFleet({members: FULL})
     const root = await tempDir()
-    for (let i = 0; i < 3; i++) expect((await cli(['checkpoint', ...servers(fleet), '--root', root, '--json'])).code).toBe(0)
+    for (let i = 0; i < 3; i++) expect((await cli(['checkpoint', '--episodes-file', '/dev/null', ...servers(fleet), '--root', root, '--json'])).code).toBe(0)
     const latest = (await readFile(path.join(root, 'LATEST'), 'utf8')).trim()
     const dry = await cli(['prune', root, '--keep', '1', '--json'])
     expect(dry.code).toBe(0)
@@ -235,7 +235,7 @@ describe('gymckpt CLI (built, run as a process)', {timeout: 120_000}, () => {
     it('prepare that misses its deadline exits 5 with the blockers and leaves the fleet resumed', async () => {
       const fleet = await startFleet({members: FULL})
       fleet.server('agent').participant!.stuckBlockers = ['r7']
-      const r = await cli(['checkpoint', ...servers(fleet), '--root', await tempDir(), '--timeout', '1', '--json'])
+      const r = await cli(['checkpoint', '--episodes-file', '/dev/null', ...servers(fleet), '--root', await tempDir(), '--timeout', '1', '--json'])
       expect(r.code).toBe(5)
       expect(r.json.error.details.blockers).toEqual([{server: 'agent', blockers: ['r7'], blocker_count: 1}])
       expect(r.json.error.details.not_reached).toEqual(['res'])
@@ -245,7 +245,7 @@ describe('gymckpt CLI (built, run as a process)', {timeout: 120_000}, () => {
     it('a participant failing its commit exits 4 naming it; the fleet is resumed', async () => {
       const fleet = await startFleet({members: FULL})
       fleet.server('policy').faults.add('commit', {type: 'status', status: 500})
-      const r = await cli(['checkpoint', ...servers(fleet), '--root', await tempDir(), '--json'])
+      const r = await cli(['checkpoint', '--episodes-file', '/dev/null', ...servers(fleet), '--root', await tempDir(), '--json'])
       expect(r.code).toBe(4)
       expect(r.json.error.message).toContain('checkpoint commit failed on 1 participant(s): policy: HTTP 500')
       for (const s of fleet.servers.slice(0, 4)) expect((await control(s.url, 'status')).json.phase).toBe('idle')
@@ -255,7 +255,7 @@ describe('gymckpt CLI (built, run as a process)', {timeout: 120_000}, () => {
       const fleet = await startFleet({members: FULL})
       fleet.server('policy').participant!.stuckBlockers = ['slow']
       const root = await tempDir()
-      const r = await cli(['checkpoint', ...servers(fleet), '--root', root, '--timeout', '60', '--json'], {
+      const r = await cli(['checkpoint', '--episodes-file', '/dev/null', ...servers(fleet), '--root', root, '--timeout', '60', '--json'], {
         onSpawn: (p) => {
           void waitFor(() => fleet.server('policy').journal.some((j) => j.route === 'prepare'), 20_000).then(() => p.kill('SIGINT'))
         },

@@ -18,7 +18,7 @@ describe('fleet, root and token from the environment and a config context', () =
 
     // From the environment only (and no token variable: the token file comes from GYMCKPT_TOKEN_FILE).
     const env = {GYMCKPT_FLEET: fleetFile, GYMCKPT_ROOT: path.join(dir, 'root-env'), GYMCKPT_TOKEN_FILE: tokenFile, NEMO_GYM_CHECKPOINT_CONTROL_TOKEN: undefined}
-    const ck = await cli(['checkpoint', '--json'], {env})
+    const ck = await cli(['checkpoint', '--episodes-file', '/dev/null', '--json'], {env})
     expect(ck.code, ck.stdout + ck.stderr).toBe(0)
     expect(ck.json.checkpoint_dir.startsWith(path.join(dir, 'root-env'))).toBe(true)
     const v = await cli(['verify', '--json'], {env})
@@ -33,7 +33,7 @@ describe('fleet, root and token from the environment and a config context', () =
     expect(show.code, show.stdout).toBe(0)
     expect(show.json).toMatchObject({context: 'rehearsal', fleet: {value: {fleet: fleetFile}}, root: {value: path.join(dir, 'root-ctx')}, token_source: {value: `file ${tokenFile}`}})
     expect(show.stdout).not.toContain(TOKEN)
-    const ck2 = await cli(['checkpoint', '--json'], {env: env2})
+    const ck2 = await cli(['checkpoint', '--episodes-file', '/dev/null', '--json'], {env: env2})
     expect(ck2.code, ck2.stdout + ck2.stderr).toBe(0)
     expect(ck2.json.checkpoint_dir.startsWith(path.join(dir, 'root-ctx'))).toBe(true)
     // A flag still wins over the context.

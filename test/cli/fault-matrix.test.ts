@@ -274,7 +274,7 @@ describe('fault matrix: the root', () => {
       const history = await publishSome(await scope.coordinator(fleet), ro, EPISODES)
       remount(ro, 'ro')
       const before = controlCalls(fleet)
-      const r = await run(scope, ['checkpoint', ...serverFlags(fleet), '--root', ro, '--json'])
+      const r = await run(scope, ['checkpoint', '--episodes-file', '/dev/null', ...serverFlags(fleet), '--root', ro, '--json'])
       expectExit('root-read-only', r)
       expect(r.json.error.message).toBe(`checkpoint root ${ro} cannot hold checkpoints: the file system is read-only (EROFS); nothing was sent`)
       expect(controlCalls(fleet)).toEqual(before)
@@ -312,7 +312,8 @@ describe('fault matrix: malicious participant replies never crash the CLI nor wr
   /** `checkpoint` on the fleet plus the fake servers. */
   function checkpointWith(s: Sandbox, fakes: Record<string, string>, input?: string): Promise<CliResult> {
     const extra = Object.entries(fakes).map(([name, url]) => ({name, url}))
-    return run(s.scope, ['checkpoint', ...serverFlags(s.fleet, extra), '--root', s.root, ...(input ? ['--episodes', '-'] : []), '--json'], {input})
+    // Without input, an empty scope (the policy model needs one): the replies' keys are still checked.
+    return run(s.scope, ['checkpoint', ...serverFlags(s.fleet, extra), '--root', s.root, ...(input ? ['--episodes', '-'] : ['--episodes-file', '/dev/null']), '--json'], {input})
   }
 
   async function after(id: FaultRowId, s: Sandbox, r: CliResult): Promise<void> {
@@ -435,7 +436,7 @@ describe('fault matrix: malicious participant replies never crash the CLI nor wr
         return {body: {phase: 'committed', manifest, episode_ids: ['../../etc/passwd']}}
       },
     })
-    // Without --episodes: the committed keys become the rollout set.
+    // Every committed key is checked, whatever the scope.
     const r = await checkpointWith(s, {evil: evil.url})
     await after('commit-bad-keys', s, r)
     expect(r.json.error.message).toMatch(/evil: HTTP 200 bad_reply commit reply names episode '\.\.\/\.\.\/etc\/passwd', which is no capture key/)

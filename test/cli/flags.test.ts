@@ -33,8 +33,15 @@ describe('consistent flags (built CLI)', {timeout: 120_000}, () => {
     const old = await cli(['checkpoint', ...servers(fleet), '--root', root, '--episodes', '-', '--json'], {input: 'c\n'})
     expect(old.code, old.stderr).toBe(0)
     expect(old.json.continued).toEqual([{rollout_id: 'c', attempt: 0}])
+    // No scope: refused before prepare (the policy model would refuse the commit), nothing sent.
     const none = await cli(['checkpoint', ...servers(fleet), '--root', root, '--json'])
-    expect(none.json.warnings).toEqual(['no --episode or --episodes-file: committing without a scope; every participant exports all of its live episodes'])
+    expect(none.code).toBe(2)
+    expect(none.json.error.message).toBe(
+      'no commit scope: the policy model policy refuses a commit that does not name the episodes the controller continues (Gym answers 409 checkpoint_error); pass them with --episode or --episodes-file (an empty file, e.g. /dev/null, when none continue); nothing was sent',
+    )
+    const empty = await cli(['checkpoint', ...servers(fleet), '--root', root, '--episodes-file', '/dev/null', '--json'])
+    expect(empty.code, empty.stderr).toBe(0)
+    expect(empty.json.continued).toEqual([])
     const bad = await cli(['checkpoint', ...servers(fleet), '--root', root, '--episode', 'x-a1-a2'])
     expect(bad.code).toBe(2)
     expect(bad.stderr).toMatch(/^error: --episode: /)
@@ -72,7 +79,7 @@ describe('consistent flags (built CLI)', {timeout: 120_000}, () => {
   it('the root: positional, --root or GYMCKPT_ROOT on list, describe, verify, prune; two different ones are refused', async () => {
     const fleet = await startFleet({members: FULL})
     const root = await tempDir()
-    for (let i = 0; i < 3; i++) expect((await cli(['checkpoint', ...servers(fleet), '--root', root, '--json'])).code).toBe(0)
+    for (let i = 0; i < 3; i++) expect((await cli(['checkpoint', '--episodes-file', '/dev/null', ...servers(fleet), '--root', root, '--json'])).code).toBe(0)
     for (const cmd of ['list', 'describe', 'verify', 'prune']) {
       const a = await cli([cmd, root, '--json'])
       const b = await cli([cmd, '--root', root, '--json'])
@@ -104,7 +111,7 @@ describe('consistent flags (built CLI)', {timeout: 120_000}, () => {
   it('prune takes --dry-run (the default, said out loud), refuses it with --yes, and removes only with --yes', async () => {
     const fleet = await startFleet({members: FULL})
     const root = await tempDir()
-    for (let i = 0; i < 3; i++) expect((await cli(['checkpoint', ...servers(fleet), '--root', root, '--json'])).code).toBe(0)
+    for (let i = 0; i < 3; i++) expect((await cli(['checkpoint', '--episodes-file', '/dev/null', ...servers(fleet), '--root', root, '--json'])).code).toBe(0)
     const dry = await cli(['prune', root, '--keep', '1', '--dry-run', '--json'])
     expect(dry.code, dry.stderr).toBe(0)
     expect(dry.json).toMatchObject({dry_run: true})
@@ -121,7 +128,7 @@ describe('consistent flags (built CLI)', {timeout: 120_000}, () => {
   it("restore's --no-resume keeps --keep-closed as a hidden alias; --dry-run previews", async () => {
     const fleet = await startFleet({members: FULL})
     const root = await tempDir()
-    expect((await cli(['checkpoint', ...servers(fleet), '--root', root, '--json'])).code).toBe(0)
+    expect((await cli(['checkpoint', '--episodes-file', '/dev/null', ...servers(fleet), '--root', root, '--json'])).code).toBe(0)
     await fleet.crash()
     const fresh = await startFleet({members: FULL})
     const dry = await cli(['restore', root, ...servers(fresh), '--keep-closed', '--dry-run', '--json'])

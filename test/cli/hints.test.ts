@@ -55,8 +55,9 @@ describe('printed next steps work when pasted', () => {
     const prep = await cli(['prepare', '--fleet', f, '--root', root, '--json'])
     expect(prep.code, prep.stderr).toBe(0)
     const id = prep.json.checkpoint_id as string
-    expect(prep.json.next).toEqual([`gymckpt commit --id ${id} --root ${root} --fleet ${f}`, `gymckpt resume --id ${id} --fleet ${f}`])
-    const commit = await paste(prep.json.next[0])
+    // The commit line reads its scope from stdin (the trainer's episodes in flight).
+    expect(prep.json.next).toEqual([`gymckpt commit --id ${id} --root ${root} --episodes-file - --fleet ${f}`, `gymckpt resume --id ${id} --fleet ${f}`])
+    const commit = await paste(prep.json.next[0], '')
     expect(commit.code, commit.stdout).toBe(0)
     expect(commit.json.next).toEqual([`gymckpt resume --id ${id} --fleet ${f}`])
     const resume = await paste(commit.json.next[0])
@@ -82,18 +83,17 @@ describe('printed next steps work when pasted', () => {
     const f = await fleetFile(fleet)
     const root = await tempDir()
     fleet.server('policy').faults.add('commit', {type: 'status', status: 500})
-    const failed = await cli(['checkpoint', '--fleet', f, '--root', root, '--json'])
+    const failed = await cli(['checkpoint', '--episodes-file', '/dev/null', '--fleet', f, '--root', root, '--json'])
     expect(failed.code).toBe(4)
     expect(failed.json.error.message).toMatch(/nothing was published; the fleet was resumed/)
     expect(failed.json.error.message).not.toMatch(/retry the commit/)
-    expect(failed.json.error.next).toEqual([`gymckpt checkpoint --root ${root} --fleet ${f}`])
+    expect(failed.json.error.next).toEqual([`gymckpt checkpoint --root ${root} --episodes-file /dev/null --fleet ${f}`])
     expect(await phases(fleet)).toEqual(['idle', 'idle', 'idle', 'idle'])
     const again = await paste(failed.json.error.next[0])
     expect(again.code, again.stdout).toBe(0)
     expect(again.json.published).toBe(true)
-    // Warnings reach the JSON envelope, not only stderr.
-    expect(again.json).toMatchObject({schema_version: 3, warnings: [expect.stringMatching(/^no --episode or --episodes-file: committing without a scope/)]})
-    expect(failed.json).toMatchObject({ok: false, schema_version: 3, warnings: [expect.stringMatching(/^no --episode or --episodes-file/)]})
+    expect(again.json).toMatchObject({schema_version: 3, warnings: []})
+    expect(failed.json).toMatchObject({ok: false, schema_version: 3, warnings: []})
   })
 
   it('a member killed between prepare and commit: commit resumes every reachable participant and names the dead one', async () => {
@@ -119,7 +119,7 @@ describe('printed next steps work when pasted', () => {
     const fleet = await startFleet({members: FULL})
     const f = await fleetFile(fleet)
     const root = await tempDir()
-    expect((await cli(['checkpoint', '--fleet', f, '--root', root, '--json'])).code).toBe(0)
+    expect((await cli(['checkpoint', '--episodes-file', '/dev/null', '--fleet', f, '--root', root, '--json'])).code).toBe(0)
     await fleet.crash()
     const fresh = await startFleet({members: FULL})
     const f2 = await fleetFile(fresh)

@@ -17,7 +17,7 @@ describe('an interrupt during the preflight', {timeout: 60_000}, () => {
     const take = res.faults.take.bind(res.faults)
     res.faults.take = (route: string): Fault | undefined => (route === 'status' && ++calls === 2 ? {type: 'hang'} : take(route))
     let proc: ReturnType<typeof import('node:child_process').spawn> | undefined
-    const run = cli(['checkpoint', ...fleet.serverArgs().flatMap((s) => ['--server', s]), '--root', await tempDir(), '--json'], {onSpawn: (p) => (proc = p)})
+    const run = cli(['checkpoint', '--episodes-file', '/dev/null', ...fleet.serverArgs().flatMap((s) => ['--server', s]), '--root', await tempDir(), '--json'], {onSpawn: (p) => (proc = p)})
     await waitFor(() => calls >= 2, 30_000, 'the preflight status call')
     proc!.kill('SIGINT')
     const r = await run

@@ -62,7 +62,7 @@ describe('start-up: what each command loads (built CLI under a resolve hook)', {
     const fleet = await startFleet({members: FULL})
     const root = await tempDir()
     const {cli} = await import('../helpers/cli.js')
-    expect((await cli(['checkpoint', ...fleet.serverArgs().flatMap((s) => ['--server', s]), '--root', root, '--json'])).code).toBe(0)
+    expect((await cli(['checkpoint', '--episodes-file', '/dev/null', ...fleet.serverArgs().flatMap((s) => ['--server', s]), '--root', root, '--json'])).code).toBe(0)
     // A small checkpoint is hashed without node:crypto, coloured without node:util, read without workers.
     expect((await packagesOf(['verify', root])).builtins).toEqual([])
     for (const args of [

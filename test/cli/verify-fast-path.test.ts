@@ -26,7 +26,7 @@ async function bothPaths(args: string[], env: Record<string, string> = {}) {
 async function checkpointRoot(): Promise<{root: string; id: string}> {
   const fleet = await startFleet({members: FULL})
   const root = await tempDir()
-  const r = await cli(['checkpoint', ...fleet.serverArgs().flatMap((s) => ['--server', s]), '--root', root, '--json'])
+  const r = await cli(['checkpoint', '--episodes-file', '/dev/null', ...fleet.serverArgs().flatMap((s) => ['--server', s]), '--root', root, '--json'])
   expect(r.code).toBe(0)
   return {root, id: r.json.checkpoint_id}
 }

@@ -30,13 +30,21 @@ const liarReply = (kind: string, instance: string) => (dir: string) => ({
 })
 
 describe('checkpoint with real records', () => {
-  it("each participant's bytes are its own records file's; without a scope, the committed episodes are the continued ones, sorted", async () => {
+  it("each participant's bytes are its own records file's; the continued episodes are the scope, in the controller's order", async () => {
     const fleet = await startFleet({members: FULL})
     const c = await coordinatorFor(fleet)
     await live(fleet, ['r2', 'r1'])
     const root = await tempDir()
     const t0 = Date.now() / 1000
-    const out = await checkpoint(c, {root, checkpointId: 'c1', timeoutS: 10})
+    const out = await checkpoint(c, {
+      root,
+      checkpointId: 'c1',
+      timeoutS: 10,
+      episodes: [
+        {rolloutId: 'r2', attempt: 0},
+        {rolloutId: 'r1', attempt: 0},
+      ],
+    })
     const t1 = Date.now() / 1000
     const sizes = new Map<string, number>()
     for (const t of out.timings) {
@@ -47,8 +55,8 @@ describe('checkpoint with real records', () => {
     // The sizes differ between participants, so a row cannot have taken another's.
     expect(new Set(sizes.values()).size).toBeGreaterThan(1)
     const committed = [...new Set([...out.replies.values()].flatMap((r) => r.episode_ids))].sort()
-    expect(out.continued.map(captureKey)).toEqual(committed)
-    expect(committed.length).toBe(2)
+    expect(committed).toEqual(['r1', 'r2'])
+    expect(out.continued.map(captureKey)).toEqual(['r2', 'r1'])
     const manifest = JSON.parse(await readFile(path.join(root, 'c1', 'gymckpt.json'), 'utf8'))
     expect(manifest.created_at).toBeGreaterThanOrEqual(t0)
     expect(manifest.created_at).toBeLessThanOrEqual(t1)

@@ -119,7 +119,7 @@ describe('preparePreflight', () => {
     expect(err).toBeInstanceOf(ControllerError)
     expect(err.code).toBe('fleet_state')
     expect(err.message).toBe(
-      "another checkpoint is open: 'old' on env (prepared); nothing was sent. Finish it first: commit it (gymckpt commit --id ID --root ROOT) or resume it, unless another controller is still working on it.",
+      "another checkpoint is open: 'old' on env (prepared); nothing was sent. Finish it first: commit it (gymckpt commit --id ID --root ROOT --episodes-file FILE) or resume it, unless another controller is still working on it.",
     )
     expect(err.details).toEqual({open: [{checkpoint_id: 'old', participants: ['env (prepared)']}]})
     expect(err.next).toEqual([nextStep('resume', ['--id', 'old'])])

@@ -57,11 +57,18 @@ describe('export rule of the participant double', () => {
     await resumeAll(fleet, 'c1')
   })
 
-  it('without a scope, every kind exports everything live', async () => {
+  it('without a scope, the policy model refuses (409 checkpoint_error) and stays prepared; every other kind exports everything live', async () => {
     const fleet = await startFleet({members: FULL})
     await live(fleet, 'a', 'b')
-    const replies = await commitAll(fleet, 'c1', await tempDir(), null)
-    expect(exported(replies)).toEqual({env: ['a', 'b'], policy: ['a', 'b'], agent: ['a', 'b'], res: ['a', 'b']})
+    for (const n of NAMES) expect((await control(fleet.server(n).url, 'prepare', {checkpoint_id: 'c1', deadline_ts: soon()})).json.phase, n).toBe('prepared')
+    const body = {checkpoint_id: 'c1', deadline_ts: soon(), checkpoint_dir: await tempDir()}
+    const got: Record<string, unknown> = {}
+    for (const n of NAMES) {
+      const r = await control(fleet.server(n).url, 'commit', body)
+      got[n] = r.status === 200 ? r.json.episode_ids : [r.status, r.json.error.code, r.json.error.detail]
+    }
+    expect(got).toEqual({env: ['a', 'b'], policy: [409, 'checkpoint_error', 'model commit needs the episode_ids the controller continues'], agent: ['a', 'b'], res: ['a', 'b']})
+    expect((await control(fleet.server('policy').url, 'status')).json.phase).toBe('prepared')
     await resumeAll(fleet, 'c1')
   })
 

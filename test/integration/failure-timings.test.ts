@@ -31,7 +31,7 @@ describe('timings on failure paths', () => {
     const c = await coordinatorFor(fleet)
     fleet.server('policy').faults.add('commit', {type: 'status', status: 503})
     const root = await tempDir()
-    const err = (await checkpoint(c, {root, checkpointId: 'c2', timeoutS: 10}).catch((e: unknown) => e)) as ControllerError
+    const err = (await checkpoint(c, {root, checkpointId: 'c2', timeoutS: 10, episodes: []}).catch((e: unknown) => e)) as ControllerError
     expect(err).toBeInstanceOf(ControllerError)
     expect(err.message).toMatch(/policy: HTTP 503/)
     const rows = err.timings!

@@ -287,8 +287,12 @@ describe('the one-shot fan-outs', () => {
     const leases = await renew(c, 'ck-c', soon(50))
     expect(leases.size).toBe(8)
     const dir = await tempDir()
-    const replies = await commit(c, 'ck-c', dir, null, soon())
-    expect(replies.size).toBe(8)
+    // Without a scope, the policy models refuse (Gym's rule, reference 4.6); the others commit.
+    const err = (await commit(c, 'ck-c', dir, null, soon()).catch((e: unknown) => e)) as CoordinationError
+    expect(err.failures.map((f) => [f.server, f.status, f.code]).sort()).toEqual([
+      ['b-model', 409, 'checkpoint_error'],
+      ['y-model', 409, 'checkpoint_error'],
+    ])
     for (const s of fleet.servers) {
       const b = bodies(fleet, 'commit', s.name)[0]
       expect(Object.keys(b).sort(), s.name).toEqual(['checkpoint_dir', 'checkpoint_id', 'deadline_ts'])

@@ -155,13 +155,14 @@ describe('restore plan and order', () => {
     expect((await fresh.run({rolloutId: 'q', attempt: 1, steps: 2, stepMs: 1})).status).toBe(200)
   })
 
-  it('a participant that restored but whose reply was lost retires what it installed; one that refused keeps its live work', async () => {
+  it('a participant that restored but whose reply was lost retires what it installed; one that refused before installing keeps its live work', async () => {
     const root = await checkpointed(['a', 'b'])
     const fresh = await startFleet({members: FULL})
     const c = await coordinatorFor(fresh)
-    // The agent installs, then the connection drops before its reply; the resources server fails.
+    // The agent installs, then the connection drops before its reply; the resources server refuses
+    // before installing (busy), so nothing is retired there.
     fresh.server('agent').faults.add('restore', {type: 'drop-after'})
-    fresh.server('res').faults.add('restore', {type: 'status', status: 500})
+    fresh.server('res').faults.add('restore', {type: 'status', status: 409, body: JSON.stringify({error: {code: 'invalid_phase', detail: 'busy'}})})
     const err = await restoreCheckpoint(c, {location: root, timeoutS: 10}).catch((e: unknown) => e)
     expect((err as ControllerError).code).toBe('participant')
     const agent = fresh.server('agent').participant as SimDownstream

@@ -77,7 +77,7 @@ describe('the checkpoint root is checked before anything is sent', () => {
     execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=64k,ro', 'tmpfs', ro])
     let err: ControllerError
     try {
-      err = (await checkpoint(c, {root: ro, timeoutS: 5}).catch((e: unknown) => e)) as ControllerError
+      err = (await checkpoint(c, {root: ro, timeoutS: 5, episodes: []}).catch((e: unknown) => e)) as ControllerError
     } finally {
       execFileSync('umount', [ro])
     }

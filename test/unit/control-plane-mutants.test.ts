@@ -193,7 +193,7 @@ describe('lease', () => {
 
 describe('commit', () => {
   it('a participant no longer ready cannot commit this checkpoint, even once ready again', async () => {
-    const {p, cp} = make()
+    const {p, cp} = make({}, 'agent')
     await cp.prepare({checkpoint_id: 'a', deadline_ts: soon()})
     p.stuckBlockers = ['late']
     const dir = await tempDir()
@@ -209,8 +209,23 @@ describe('commit', () => {
     expect((await cp.commit({checkpoint_id: 'b', deadline_ts: soon(), checkpoint_dir: dir})).phase).toBe('committed')
   })
 
+  it("the policy model refuses a commit without a scope (Gym's checkpoint_error), remembers nothing and stays prepared", async () => {
+    const {cp} = make()
+    await cp.prepare({checkpoint_id: 'a', deadline_ts: soon()})
+    const dir = await tempDir()
+    const e = await failure(cp.commit({checkpoint_id: 'a', deadline_ts: soon(), checkpoint_dir: dir}))
+    expect([e.code, e.message]).toEqual(['checkpoint_error', 'model commit needs the episode_ids the controller continues'])
+    expect(cp.phase).toBe('prepared')
+    expect(await readdir(dir)).toEqual([])
+    expect((await cp.commit({checkpoint_id: 'a', deadline_ts: soon(), checkpoint_dir: dir, episode_ids: []})).phase).toBe('committed')
+    // An agent needs none: it exports every live session whatever the scope.
+    const agent = make({}, 'agent').cp
+    await agent.prepare({checkpoint_id: 'b', deadline_ts: soon()})
+    expect((await agent.commit({checkpoint_id: 'b', deadline_ts: soon(), checkpoint_dir: await tempDir()})).phase).toBe('committed')
+  })
+
   it('an export that throws fails this checkpoint for good', async () => {
-    const {p, cp} = make()
+    const {p, cp} = make({}, 'agent')
     await cp.prepare({checkpoint_id: 'a', deadline_ts: soon()})
     p.exportRecords = () => {
       throw new Error('disk gone')
@@ -265,7 +280,7 @@ describe('commit', () => {
   })
 
   it('a commit to another directory while the first write runs is a conflict', async () => {
-    const {p, cp} = make()
+    const {p, cp} = make({}, 'agent')
     session(p, 'x')
     await cp.prepare({checkpoint_id: 'a', deadline_ts: soon()})
     const dir = await tempDir()
@@ -275,7 +290,7 @@ describe('commit', () => {
   })
 
   it('a write that fails is redone by a retry with the same exported records', async () => {
-    const {p, cp} = make()
+    const {p, cp} = make({}, 'agent')
     session(p, 'x')
     await cp.prepare({checkpoint_id: 'a', deadline_ts: soon()})
     const root = await tempDir()
@@ -291,7 +306,7 @@ describe('commit', () => {
   })
 
   it('a write that outlives the deadline is deadline_exceeded, and the phase stays prepared', async () => {
-    const {p, cp} = make()
+    const {p, cp} = make({}, 'agent')
     session(p, 'x')
     await cp.prepare({checkpoint_id: 'a', deadline_ts: soon()})
     const dir = await tempDir()
