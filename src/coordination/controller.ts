@@ -7,7 +7,7 @@ import {CheckpointStateError} from '../storage/errors.js'
 import {writeCollectionManifest} from '../storage/collector.js'
 import {probeWritableDir} from '../storage/fsutil.js'
 import {VerifyProblem, verifyCheckpoint} from '../storage/verify.js'
-import {CONTROLLER_MANIFEST, ControllerManifest, FORMAT_VERSION, describeFsError, publishLatest, setAsideControllerManifests, writeControllerManifest} from '../storage/root.js'
+import {CONTROLLER_MANIFEST, ControllerManifest, FORMAT_VERSION, describeFsError, publishLatest, setAsideControllerManifests, syncParticipantDirs, writeControllerManifest} from '../storage/root.js'
 import {ControllerError, CoordinationError, NextStep, ParticipantFailure, failureMessage, nextStep} from './errors.js'
 import {Coordinator, PrepareResult, StageResult, continuedOf, commit, prepare, renew, restartsOf, resume, resumeAll, statusAll} from './operations.js'
 import type {DiscoveredParticipant, Discovery, Participant} from './discover.js'
@@ -447,6 +447,11 @@ export async function commitAndPublish(c: Coordinator, plan: CommitPlan): Promis
         }),
       }
       if (plan.controllerState) manifest.controller_state = plan.controllerState()
+      try {
+        await syncParticipantDirs(checkpointDir, c.participants)
+      } catch (err) {
+        throw new ControllerError('invalid_checkpoint', `cannot make the participants' state under ${checkpointDir} durable (fsync): ${describeFsError(err)}; LATEST was not moved`)
+      }
       try {
         await writeControllerManifest(checkpointDir, manifest)
       } catch (err) {

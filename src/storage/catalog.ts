@@ -4,6 +4,7 @@ import path from 'node:path'
 
 import {type EpisodeIdWire, SAFE_ID_PATTERN, quoteInput} from '../protocol/episode.js'
 import {ParticipantManifest} from '../protocol/wire.js'
+import {mapLimit} from './fsutil.js'
 import {CheckpointStateError} from './errors.js'
 import {MANIFEST_FILE, RECORDS_FILE_PATTERN} from './participant-store.js'
 import {RestoreLogEntry, readRestoreLog} from './restore-log.js'
@@ -54,19 +55,6 @@ export interface CatalogOptions {
 
 /** Directories listed at once: a root of hundreds of checkpoints is stat calls, not waiting. */
 const CONCURRENCY = 16
-
-async function mapLimit<T, R>(items: T[], limit: number, fn: (t: T) => Promise<R>): Promise<R[]> {
-  const out = new Array<R>(items.length)
-  let next = 0
-  const worker = async () => {
-    while (next < items.length) {
-      const i = next++
-      out[i] = await fn(items[i]!)
-    }
-  }
-  await Promise.all(Array.from({length: Math.min(limit, items.length)}, worker))
-  return out
-}
 
 async function rootDir(root: string): Promise<string> {
   const abs = path.resolve(root)

@@ -41,6 +41,20 @@ export async function fsyncDir(dir: string): Promise<void> {
   }
 }
 
+/** `fn` over `items`, at most `limit` at once; results in the items' order. */
+export async function mapLimit<T, R>(items: T[], limit: number, fn: (t: T) => Promise<R>): Promise<R[]> {
+  const out = new Array<R>(items.length)
+  let next = 0
+  const worker = async () => {
+    while (next < items.length) {
+      const i = next++
+      out[i] = await fn(items[i]!)
+    }
+  }
+  await Promise.all(Array.from({length: Math.min(limit, items.length)}, worker))
+  return out
+}
+
 /** fsync `from` and each parent up to and including `upTo` (which must contain `from`). */
 export async function fsyncUpTo(from: string, upTo: string): Promise<void> {
   let dir = path.resolve(from)

@@ -4,7 +4,7 @@ import path from 'node:path'
 import {type EpisodeIdWire, SAFE_ID_PATTERN, clipInput, quoteInput, wireEpisode} from '../protocol/episode.js'
 import type {ParticipantManifest} from '../protocol/wire.js'
 import {CheckpointStateError} from './errors.js'
-import {allInOrder, createExclusive, fsyncDir, replaceAtomic} from './fsutil.js'
+import {allInOrder, createExclusive, fsyncDir, mapLimit, replaceAtomic} from './fsutil.js'
 import type {ControllerManifest, GymCollectionManifest} from './manifest-schemas.js'
 
 // node:fs and node:fs/promises come from process.getBuiltinModule, not an import: see fsutil.ts.
@@ -29,6 +29,32 @@ export interface CheckpointSummary {
   participants: ControllerManifest['participants'] | null
   /** What the controller stored with the checkpoint (gymckpt.json's controller_state), if anything. */
   controllerState: unknown
+}
+
+/**
+ * Makes the participants' directory entries durable before the controller manifest is written:
+ * each `gym/<kind>/<instance>` (its manifest and records file), each `gym/<kind>`, then `gym`.
+ * Gym's participants fsync none of these (reference 7.3), so after a power loss a published
+ * LATEST could name a checkpoint whose participant state is gone. At most 16 at once. A missing
+ * directory is skipped: the publish gate that follows names it.
+ */
+export async function syncParticipantDirs(checkpointDir: string, participants: readonly {kind: string; instance: string}[]): Promise<void> {
+  const gym = path.join(checkpointDir, 'gym')
+  const sync = (dir: string) =>
+    fsyncDir(dir).catch((err: NodeJS.ErrnoException) => {
+      if (err.code !== 'ENOENT') throw err
+    })
+  await mapLimit(
+    participants.map((p) => path.join(gym, p.kind, p.instance)),
+    16,
+    sync,
+  )
+  await mapLimit(
+    [...new Set(participants.map((p) => p.kind))].map((k) => path.join(gym, k)),
+    16,
+    sync,
+  )
+  await sync(gym)
 }
 
 export async function writeControllerManifest(checkpointDir: string, m: ControllerManifest): Promise<void> {

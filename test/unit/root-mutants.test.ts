@@ -20,6 +20,7 @@ import {
   readLatest,
   resolveCheckpoint,
   setAsideControllerManifests,
+  syncParticipantDirs,
   writeControllerManifest,
 } from '../../src/storage/root.js'
 import {tempDir} from '../helpers/tmp.js'
@@ -324,5 +325,30 @@ describe('setAsideControllerManifests (a checkpoint the publish gate refused)', 
     await writeFile(path.join(dir, 'gymckpt.json'), '{}')
     await mkdir(path.join(dir, 'gymckpt.refused.json', 'x'), {recursive: true})
     await expect(setAsideControllerManifests(dir)).rejects.toMatchObject({code: 'EISDIR'})
+  })
+})
+
+describe('syncParticipantDirs (before the controller manifest is written)', () => {
+  it('goes through every participant and kind directory and gym/, skipping missing ones (the publish gate names those)', async () => {
+    const dir = await tempDir()
+    await mkdir(path.join(dir, 'gym', 'agent', 'a'), {recursive: true})
+    await mkdir(path.join(dir, 'gym', 'model', 'm'), {recursive: true})
+    await expect(
+      syncParticipantDirs(dir, [
+        {kind: 'agent', instance: 'a'},
+        {kind: 'model', instance: 'm'},
+        {kind: 'model', instance: 'gone'},
+        {kind: 'resources', instance: 'r'},
+      ]),
+    ).resolves.toBeUndefined()
+    await expect(syncParticipantDirs(await tempDir(), [{kind: 'agent', instance: 'a'}])).resolves.toBeUndefined()
+  })
+
+  it('a failure other than a missing directory is raised', async () => {
+    const dir = await tempDir()
+    await mkdir(path.join(dir, 'gym'), {recursive: true})
+    // A file where the kind directory should be: the participant directory under it cannot be opened.
+    await writeFile(path.join(dir, 'gym', 'model'), 'x')
+    await expect(syncParticipantDirs(dir, [{kind: 'model', instance: 'm'}])).rejects.toMatchObject({code: 'ENOTDIR'})
   })
 })
