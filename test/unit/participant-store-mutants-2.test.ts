@@ -1,7 +1,8 @@
 // More rules of the participant store (src/storage/participant-store.ts), written against the
-// survivors of its mutation run of 2026-12-04 (issue 12): the offline path rules for a directory
-// outside the checkpoint and a link that cannot be resolved, and a scanned line whose token is cut
-// by the 1 MiB read chunk (an error is raised where it is found, not only at the line's end).
+// survivors of its mutation run of 2026-12-04 (issue 12): a source read to its end is not closed
+// again, the offline path rules for a directory outside the checkpoint and a link that cannot be
+// resolved, and a scanned line whose token is cut by the 1 MiB read chunk (an error is raised where
+// it is found, not only at the line's end; a long number is one token).
 import {createHash} from 'node:crypto'
 import {mkdir, realpath, symlink, writeFile} from 'node:fs/promises'
 import path from 'node:path'
@@ -9,7 +10,7 @@ import path from 'node:path'
 import {describe, expect, it} from 'vitest'
 
 import {CheckpointStateError} from '../../src/storage/errors.js'
-import {encodeManifest, participantDir, readParticipantState} from '../../src/storage/participant-store.js'
+import {encodeManifest, participantDir, readParticipantState, writeParticipantState} from '../../src/storage/participant-store.js'
 import {pyDumps} from '../../src/storage/pyjson.js'
 import {tempDir} from '../helpers/tmp.js'
 import {rejection} from '../helpers/errors.js'
@@ -41,6 +42,26 @@ const filler = (n: number) => {
   const head = `{"episode_id": {"rollout_id": "fill", "attempt": 0}, "p": "`
   return head + 'x'.repeat(n - 1 - head.length - 2) + '"}\n'
 }
+
+describe('writing: the source of the records', () => {
+  it('a source read to its end is not closed again, as for-of and for-await leave it', async () => {
+    const root = await tempDir()
+    for (const async of [false, true]) {
+      const lines = [line('a'), line('b')]
+      let returned = 0
+      let i = 0
+      const next = () => (i < lines.length ? {done: false as const, value: lines[i++]!} : {done: true as const, value: undefined})
+      const ret = () => {
+        returned++
+        return {done: true as const, value: undefined}
+      }
+      const source = async ? {[Symbol.asyncIterator]: () => ({next: async () => next(), return: async () => ret()})} : {[Symbol.iterator]: () => ({next, return: ret})}
+      const m = await writeParticipantState({checkpointDir: root, kind: 'environment', instance: async ? 'a' : 's', checkpointId: 'c1'}, source)
+      expect(m.record_count, `async: ${async}`).toBe(2)
+      expect(returned, `async: ${async}`).toBe(0)
+    }
+  })
+})
 
 describe('reading offline: where the paths lead', () => {
   it('a participant directory outside the checkpoint directory, with no link on the way, is named with where it resolves', async () => {
