@@ -35,7 +35,8 @@ execFileSync(process.execPath, [path.join(root, 'scripts', 'manifest.mjs')], {st
  */
 async function bundleFastPath(dist) {
   const {build} = await import('esbuild')
-  const common = {outdir: path.join(dist, 'fast'), bundle: true, format: 'esm', platform: 'node', target: 'node22', packages: 'external', logLevel: 'warning'}
+  // absWorkingDir: the path comments esbuild writes are relative to dist/, the same on every build.
+  const common = {absWorkingDir: dist, outdir: path.join(dist, 'fast'), bundle: true, format: 'esm', platform: 'node', target: 'node22', packages: 'external', logLevel: 'warning'}
   await build({...common, entryPoints: [{in: path.join(dist, 'cli', 'fast-verify.js'), out: 'fast-verify'}], splitting: true})
   await build({...common, entryPoints: [{in: path.join(dist, 'storage', 'verify-worker.js'), out: 'verify-worker'}]})
 }

@@ -58,7 +58,8 @@ Progress (each phase's stage, the servers still pending, the time left to the de
     ).catch((err: unknown) => {
       // Every failure after prepare resumed the fleet: the next step is this command again, under
       // a new ID (a resumed ID is fenced for good).
-      if (err instanceof ControllerError && err.code !== 'interrupted') err.next.push(nextStep('checkpoint', this.again()))
+      // Not after an input error (no scope, a bad root): the same line would fail the same way.
+      if (err instanceof ControllerError && err.code !== 'interrupted' && err.code !== 'input') err.next.push(nextStep('checkpoint', this.again()))
       throw err
     })
     if (!this.jsonEnabled()) {

@@ -38,7 +38,7 @@ Progress (each phase's stage, the servers still pending, the time left to the de
     // Tolerant: a member that died since prepare must not leave the others closed.
     const {coordinator, discovery} = await this.connect({tolerant: true})
     const deadlineTs = Date.now() / 1000 + this.flags.timeout
-    const {checkpointId: id, restarts} = await preparedForCommit(coordinator, discovery, {id: this.flags.id, deadlineTs, log: note, again: [...this.rootArgs(), ...episodeArgs(this.flags)]})
+    const {checkpointId: id, restarts} = await preparedForCommit(coordinator, discovery, {id: this.flags.id, deadlineTs, log: note, again: this.rootArgs(), scopeArgs: episodeArgs(this.flags)})
     // The fleet stays prepared: the same command with a scope commits it.
     checkScope(coordinator, episodes, SCOPE_HINT)
     const out = await withProgress(

@@ -5,7 +5,7 @@ import {EpisodeId, captureKey, fromCaptureKey, quoteInput, toWire} from '../prot
 import {CommitReply, Operation, StatusReply} from '../protocol/wire.js'
 import {CheckpointStateError} from '../storage/errors.js'
 import {writeCollectionManifest} from '../storage/collector.js'
-import {probeWritableDir} from '../storage/fsutil.js'
+import {fsyncDir, probeWritableDir} from '../storage/fsutil.js'
 import {VerifyProblem, verifyCheckpoint} from '../storage/verify.js'
 import {CONTROLLER_MANIFEST, ControllerManifest, FORMAT_VERSION, describeFsError, publishLatest, setAsideControllerManifests, syncParticipantDirs, writeControllerManifest} from '../storage/root.js'
 import {ControllerError, CoordinationError, NextStep, ParticipantFailure, failureMessage, nextStep} from './errors.js'
@@ -160,12 +160,13 @@ export function openCheckpoints(statuses: Map<string, StatusReply>, except?: str
  * several are open, a participant is not prepared under it, or one is down. A checkpoint that can
  * never be committed (one holder is down or came back empty while others hold it) is closed on
  * every reachable participant first, so they do not stay closed until their leases run out.
- * `again` are the arguments that name the root again in a suggested `commit` line.
+ * `again` are the arguments that name the root again in a suggested `commit` or `prepare` line;
+ * `scopeArgs` (the episode flags) are repeated in a suggested `commit` line only.
  */
 export async function preparedForCommit(
   c: Coordinator,
   discovery: Discovery,
-  opts: {id?: string; deadlineTs: number; log?: Log; again?: string[]},
+  opts: {id?: string; deadlineTs: number; log?: Log; again?: string[]; scopeArgs?: string[]},
 ): Promise<{checkpointId: string; restarts: EpisodeId[]}> {
   const id = checkpointToCommit(discovery.participants, opts.id, opts.again ?? [])
   // A fleet without its policy model (no_model: it came back without checkpoint routes) is down
@@ -198,7 +199,10 @@ export async function preparedForCommit(
       {checkpoint_id: id, unreachable: down.map((f) => ({server: f.server, message: failureMessage(f)})), lost: lost.map((p) => p.server)},
     ).withNext(...(unreachable.length ? [nextStep('resume', ['--id', id])] : after.next))
   }
-  if (down.length) throw new CoordinationError('discover', down, 'every participant must answer before a commit; nothing was sent').withNext(nextStep('commit', ['--id', id, ...(opts.again ?? [])]))
+  if (down.length)
+    throw new CoordinationError('discover', down, 'every participant must answer before a commit; nothing was sent').withNext(
+      nextStep('commit', ['--id', id, ...(opts.again ?? []), ...(opts.scopeArgs ?? [])]),
+    )
   const notPrepared = discovery.participants.filter((p) => !isPrepared(p))
   if (notPrepared.length) {
     throw new ControllerError(
@@ -458,6 +462,8 @@ export async function commitAndPublish(c: Coordinator, plan: CommitPlan): Promis
         if (err instanceof CheckpointStateError) throw new ControllerError('invalid_checkpoint', err.message)
         throw new ControllerError('invalid_checkpoint', `cannot write the controller manifest of ${checkpointDir}: ${describeFsError(err)}; LATEST was not moved`)
       }
+      // From here until the gate passes, a failure must not leave the directory looking published
+      // (list and prune count a directory with a controller manifest): the manifests are set aside.
       if (plan.collectionRunId) {
         await writeCollectionManifest(checkpointDir, {
           checkpoint_id: plan.checkpointId,
@@ -465,24 +471,20 @@ export async function commitAndPublish(c: Coordinator, plan: CommitPlan): Promis
           created_at: manifest.created_at,
           continued: manifest.continued,
           restarted: manifest.restarted,
-        }).catch((err: unknown) => {
-          throw new ControllerError('invalid_checkpoint', `cannot write ${path.join(checkpointDir, 'collection.json')}: ${describeFsError(err)}; LATEST was not moved`)
+        }).catch(async (err: unknown) => {
+          throw new ControllerError('invalid_checkpoint', `cannot write ${path.join(checkpointDir, 'collection.json')}: ${describeFsError(err)}; LATEST was not moved${await setAside(checkpointDir)}`)
         })
       }
       // The publish gate: LATEST moves only to a checkpoint that passes what restore checks.
-      const verify = await verifyCheckpoint(checkpointDir, {expect: c.participants.map((p) => ({kind: p.kind, instance: p.instance, server: p.server}))}).catch((err: unknown) => {
+      const verify = await verifyCheckpoint(checkpointDir, {expect: c.participants.map((p) => ({kind: p.kind, instance: p.instance, server: p.server}))}).catch(async (err: unknown) => {
         if (err instanceof CheckpointStateError) return err
-        throw err
+        throw new ControllerError('invalid_checkpoint', `cannot verify ${checkpointDir} before publishing it: ${(err as Error).message}; LATEST was not moved${await setAside(checkpointDir)}`)
       })
       const errors: VerifyProblem[] =
         verify instanceof CheckpointStateError ? [{severity: 'error', where: checkpointDir, message: verify.message}] : verify.problems.filter((p) => p.severity === 'error')
       if (!(verify instanceof CheckpointStateError)) verified = verify.participants
       if (errors.length) {
-        // Not left looking published: list and prune count a directory with a controller manifest.
-        const aside = await setAsideControllerManifests(checkpointDir).then(
-          (names) => (names.length ? `; its controller manifest was set aside as ${names.join(' and ')}, so it is not listed as published` : ''),
-          (err: unknown) => `; setting its controller manifest aside failed (${describeFsError(err)}): remove ${path.join(checkpointDir, CONTROLLER_MANIFEST)} before pruning`,
-        )
+        const aside = await setAside(checkpointDir)
         // The same details as a restore refusing a checkpoint that fails verification.
         throw new ControllerError(
           'invalid_checkpoint',
@@ -491,6 +493,8 @@ export async function commitAndPublish(c: Coordinator, plan: CommitPlan): Promis
         )
       }
       try {
+        // The checkpoint directory's own entry in the root, durable before LATEST names it.
+        await fsyncDir(path.resolve(plan.root))
         await publishLatest(path.resolve(plan.root), plan.checkpointId)
       } catch (err) {
         throw new ControllerError('invalid_checkpoint', `cannot publish ${checkpointDir}: replacing ${path.join(path.resolve(plan.root), 'LATEST')} failed: ${describeFsError(err)}`)
@@ -499,6 +503,17 @@ export async function commitAndPublish(c: Coordinator, plan: CommitPlan): Promis
     const timings = timer.table(c.participants, await committedSizes(checkpointDir, replies, verified))
     return {checkpointId: plan.checkpointId, checkpointDir, continued, restarted, replies, awaitedRuns, published: publish, timings}
   })
+}
+
+/**
+ * Sets a refused checkpoint's controller manifests aside (root.ts setAsideControllerManifests) and
+ * says so, for the end of the error message; a failure to do so is said too, never raised.
+ */
+async function setAside(checkpointDir: string): Promise<string> {
+  return setAsideControllerManifests(checkpointDir).then(
+    (names) => (names.length ? `; its controller manifest was set aside as ${names.join(' and ')}, so it is not listed as published` : ''),
+    (err: unknown) => `; setting its controller manifest aside failed (${describeFsError(err)}): remove ${path.join(checkpointDir, CONTROLLER_MANIFEST)} before pruning`,
+  )
 }
 
 /** Records and bytes per committing server: bytes from the publish gate's verify, else a stat of the records file. */

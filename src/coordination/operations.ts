@@ -284,8 +284,10 @@ export async function statusAll(c: Coordinator, timeoutMs = 10_000): Promise<{st
  */
 export async function retireEach(c: Coordinator, checkpointId: string, perServer: Map<string, EpisodeId[]>, deadlineTs: number): Promise<void> {
   const targets = c.participants.filter((p) => (perServer.get(p.server)?.length ?? 0) > 0)
+  // A cleanup: a stage that fails does not spare the later ones their retires (reference 9.5: a
+  // retire failure there is only logged); every failure is raised at the end.
+  const failures: ParticipantFailure[] = []
   for (const s of stagesOf(targets, RETIRE_ORDER)) {
-    const failures: ParticipantFailure[] = []
     await Promise.all(
       s.members.map(async (m) => {
         const list = perServer.get(m.server)!
@@ -296,8 +298,8 @@ export async function retireEach(c: Coordinator, checkpointId: string, perServer
         }
       }),
     )
-    if (failures.length) throw new CoordinationError('retire', failures)
   }
+  if (failures.length) throw new CoordinationError('retire', failures)
 }
 
 /**
@@ -321,13 +323,14 @@ export async function restore(c: Coordinator, restoreId: string, checkpointDir: 
   // Admitted (idle, and fresh by the restore's preflight), then failed: it may have installed any
   // part of the scope, and each replacement attempt there can only be the restore's own.
   for (const f of r.failures) if (f.code === 'deadline_exceeded' || (f.status !== null && f.status >= 500)) installed.set(f.server, episodes.map(nextAttempt))
-  // No reply (timeout, reset, interrupt): the restore may have landed. Only a participant that
-  // reports itself restored under this ID holds what it installed, and a participant restores
-  // only a process without live work, so every replacement attempt there is the restore's own.
-  const unknown = r.failures.filter((f) => f.status === null).map((f) => f.server)
+  // No usable reply (timeout, reset, interrupt, a reply that is not one): the restore may have
+  // landed, whole (restored under this ID) or in part (an install that failed half way leaves the
+  // participant idle). Either way every replacement attempt there is the restore's own; one that
+  // holds another checkpoint or restore never took this one.
+  const unknown = r.failures.filter((f) => f.status === null || f.status === 200).map((f) => f.server)
   if (unknown.length) {
     const {statuses} = await statusAll({...cleanup, participants: c.participants.filter((p) => unknown.includes(p.server))})
-    for (const [server, st] of statuses) if (st.phase === 'restored' && st.checkpoint_id === restoreId) installed.set(server, episodes.map(nextAttempt))
+    for (const [server, st] of statuses) if ((st.phase === 'restored' && st.checkpoint_id === restoreId) || st.phase === 'idle') installed.set(server, episodes.map(nextAttempt))
   }
   try {
     await retireEach(cleanup, restoreId, installed, cleanupDeadline)

@@ -109,7 +109,7 @@ export const CommitReply = z.looseObject({
    * training framework must keep them, or a restore of the model's generation cuts fails
    * (reference 4.6). Other kinds send none.
    */
-  staging_keys: z.array(z.string()).optional(),
+  staging_keys: z.array(z.string()).nullish(),
 })
 export type CommitReply = z.infer<typeof CommitReply>
 

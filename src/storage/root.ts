@@ -34,9 +34,10 @@ export interface CheckpointSummary {
 /**
  * Makes the participants' directory entries durable before the controller manifest is written:
  * each `gym/<kind>/<instance>` (its manifest and records file), each `gym/<kind>`, then `gym`.
- * Gym's participants fsync none of these (reference 7.3), so after a power loss a published
- * LATEST could name a checkpoint whose participant state is gone. At most 16 at once. A missing
- * directory is skipped: the publish gate that follows names it.
+ * Gym's participants fsync their own directory once, after the manifest, and never gym/<kind> or
+ * gym/ (reference 7.3), so after a power loss a published LATEST could name a checkpoint whose
+ * participant state is gone. At most 16 at once. A missing directory is skipped: the publish gate
+ * that follows names it.
  */
 export async function syncParticipantDirs(checkpointDir: string, participants: readonly {kind: string; instance: string}[]): Promise<void> {
   const gym = path.join(checkpointDir, 'gym')

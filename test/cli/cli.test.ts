@@ -218,6 +218,9 @@ describe('gymckpt CLI (built, run as a process)', {timeout: 120_000}, () => {
       expect(nothing.code).toBe(8)
       expect(nothing.json.error.message).toBe('no participant has an open checkpoint; nothing was sent. Prepare one first.')
       expect(nothing.json.error.next).toEqual([`gymckpt prepare --root ${dir} ${servers(fleet).join(' ')}`])
+      // prepare takes no episode flags: the printed line leaves them out, so it works when pasted.
+      const scoped = await cli(['commit', ...servers(fleet), '--root', dir, '--episodes-file', '/dev/null', '--json'])
+      expect(scoped.json.error.next).toEqual([`gymckpt prepare --root ${dir} ${servers(fleet).join(' ')}`])
       const unknown = await cli(['status', '--frobnicate'])
       expect(unknown.code).toBe(2)
       // The fleet double's flags are checked before anything starts: exit 2, the value named.

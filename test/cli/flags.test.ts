@@ -39,6 +39,8 @@ describe('consistent flags (built CLI)', {timeout: 120_000}, () => {
     expect(none.json.error.message).toBe(
       'no commit scope: the policy model policy refuses a commit that does not name the episodes the controller continues (Gym answers 409 checkpoint_error); pass them with --episode or --episodes-file (an empty file, e.g. /dev/null, when none continue); nothing was sent',
     )
+    // No retry line: the same command would fail the same way.
+    expect(none.json.error.next ?? []).toEqual([])
     const empty = await cli(['checkpoint', ...servers(fleet), '--root', root, '--episodes-file', '/dev/null', '--json'])
     expect(empty.code, empty.stderr).toBe(0)
     expect(empty.json.continued).toEqual([])

@@ -1,7 +1,7 @@
 // More rules of src/coordination/controller.ts (issue 12), from the survivors of its first run:
 // sizes per participant, a commit reply naming no capture key, the unscoped commit, deadlines of
 // the closing resume, separators of the messages, the publish gate's details, write failures.
-import {mkdir, readFile} from 'node:fs/promises'
+import {mkdir, readFile, readdir} from 'node:fs/promises'
 import path from 'node:path'
 
 import {describe, expect, it} from 'vitest'
@@ -120,7 +120,12 @@ describe('untrusted commit replies and the publish gate', () => {
     const {commitAndPublish} = await import('../../src/coordination/controller.js')
     const err = (await commitAndPublish(c, {checkpointId: 'c1', root, episodes: [], restarts: [], deadlineTs: soon(), collectionRunId: 'run'}).catch((e: unknown) => e)) as ControllerError
     expect(err.code).toBe('invalid_checkpoint')
-    expect(err.message).toMatch(new RegExp(`^cannot write ${esc(path.join(root, 'c1', 'collection.json'))}: .+; LATEST was not moved$`))
+    expect(err.message).toMatch(
+      new RegExp(
+        `^cannot write ${esc(path.join(root, 'c1', 'collection.json'))}: .+; LATEST was not moved; its controller manifest was set aside as gymckpt.refused.json and collection.refused.json, so it is not listed as published$`,
+      ),
+    )
+    expect(await readdir(path.join(root, 'c1'))).toContain('gymckpt.refused.json')
     expect(await readFile(path.join(root, 'LATEST'), 'utf8').catch(() => null)).toBeNull()
     await resume(c, 'c1', soon())
   })
