@@ -139,6 +139,35 @@ describe('reading: a number cut by the 1 MiB read chunk, in a scanned line', () 
     expect(kept.kept.map((k) => pyDumps(k.record))).toEqual([lineTwo])
   })
 
+  it('a number cut by the chunk whose line ends a few bytes later, followed by more lines', async () => {
+    const root = await tempDir()
+    const dir = participantDir(root, 'environment', 'env')
+    const {first, lineTwo} = cutNumber(2, '1234', '}')
+    const text = first + lineTwo + '\n' + line('b') + '\n' + line('c') + '\n'
+    expect(text.indexOf(lineTwo) + lineTwo.length - 3).toBe(MiB)
+    await handWritten(dir, text, 4)
+    expect((await readParticipantState(dir)).keys).toEqual(['fill', 'cut', 'b', 'c'])
+  })
+
+  // The line starts 10 bytes before the chunk ends, so its first 256 bytes are gathered across the
+  // boundary and scanned first; the number is cut by the end of those 256 bytes, not of the chunk.
+  for (const [what, rest] of [
+    ['the rest of its line shorter than 64 bytes', '345'],
+    ['more than 64 digits after the first 256 bytes', '3'.repeat(100)],
+  ] as const) {
+    it(`a number cut by the end of a line's first 256 bytes, ${what}, followed by more lines`, async () => {
+      const root = await tempDir()
+      const dir = participantDir(root, 'environment', 'env')
+      const open = `{"episode_id": {"rollout_id": "cut", "attempt": 0}, "q": "`
+      const before = open + 'q'.repeat(256 - 2 - open.length - '", "n": '.length) + '", "n": '
+      expect(before.length).toBe(254)
+      const lineTwo = before + '12' + rest + '}'
+      const text = filler(MiB - 10) + lineTwo + '\n' + line('b') + '\n' + line('c') + '\n'
+      await handWritten(dir, text, 4)
+      expect((await readParticipantState(dir)).keys).toEqual(['fill', 'cut', 'b', 'c'])
+    })
+  }
+
   it('such a number followed by a bad byte is not JSON', async () => {
     const root = await tempDir()
     const dir = participantDir(root, 'environment', 'env')
