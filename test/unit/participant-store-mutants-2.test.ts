@@ -118,6 +118,26 @@ describe('reading: a broken token cut by the 1 MiB read chunk, in a scanned line
   })
 })
 
+describe('reading: a UTF-8 sequence cut by the 1 MiB read chunk, in a scanned line', () => {
+  // Line 2 ends (its newline) before the sequence that the chunk cut is complete: not UTF-8.
+  for (const [what, tail] of [
+    ['the newline the first byte of the next chunk', [0x0a]],
+    ['one more byte of it in the next chunk', [0x82, 0x0a]],
+  ] as const) {
+    it(`a line ending inside a UTF-8 sequence, ${what}, is not UTF-8`, async () => {
+      const root = await tempDir()
+      const dir = participantDir(root, 'environment', 'env')
+      const start = line('cut', 0, `, "q": "${'q'.repeat(300)}"`).slice(0, -1) + ', "s": "'
+      const first = filler(MiB - start.length - 1)
+      // 0xe2 0x82 0xac is '€': its first byte is the chunk's last.
+      const records = Buffer.concat([Buffer.from(first + start), Buffer.from([0xe2, ...tail]), Buffer.from(line('after') + '\n')])
+      expect(Buffer.byteLength(first + start) + 1).toBe(MiB)
+      await handWritten(dir, records, 3)
+      expect((await stateError(readParticipantState(dir))).message).toMatch(/line 2 holds a record that is not UTF-8$/)
+    })
+  }
+})
+
 describe('reading: a number cut by the 1 MiB read chunk, in a scanned line', () => {
   /** Line 2 holds a number of `digits` digits (and what follows it), cut `before` digits in. */
   const cutNumber = (before: number, digits: string, after: string) => {
