@@ -139,7 +139,7 @@ export const FAULT_ROWS: readonly FaultRow[] = [
   {
     id: 'sigint-restore',
     fault: '`restore` gets SIGINT while participants restore',
-    does: `stops waiting, retires on each participant what it installed, ${RESUMES}; LATEST is untouched`,
+    does: `stops waiting, retires the replacement attempts on each participant that restored or may have (idle, no reply), ${RESUMES}; LATEST is untouched`,
     exit: [130],
     operator: 'restart the servers and restore again: the retire marks left on this fleet make a new restore refuse it (exit 8)',
     test: 'cli',
@@ -147,7 +147,7 @@ export const FAULT_ROWS: readonly FaultRow[] = [
   {
     id: 'sigterm-restore',
     fault: '`restore` gets SIGTERM while participants restore',
-    does: `stops waiting, retires on each participant what it installed, ${RESUMES}; LATEST is untouched`,
+    does: `stops waiting, retires the replacement attempts on each participant that restored or may have (idle, no reply), ${RESUMES}; LATEST is untouched`,
     exit: [130],
     operator: 'restart the servers and restore again: the retire marks left on this fleet make a new restore refuse it (exit 8)',
     test: 'cli',

@@ -185,9 +185,10 @@ describe('fault matrix: the CLI interrupted or killed', () => {
     } else {
       expect(r.json.error.code).toBe('interrupted')
       resumedEverywhere(fleet, restoreId)
-      // What the three participants installed was retired there, and nothing on the model.
+      // What the three participants installed was retired there; the model, idle with no reply,
+      // may have stopped half way through an install, so its replacement attempts are retired too.
       const retired = await Promise.all(PARTICIPANTS.map(async (n) => [n, (await control(fleet.server(n).url, 'status')).json.retired_rollouts]))
-      expect(Object.fromEntries(retired)).toEqual({env: 2, policy: 0, agent: 2, res: 2})
+      expect(Object.fromEntries(retired)).toEqual({env: 2, policy: 2, agent: 2, res: 2})
     }
     expect(await phases(fleet)).toEqual(allIn(fleet, 'idle'))
     expect(await assertNothingLost(root, history)).toBe(history.at(-1))
