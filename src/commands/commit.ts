@@ -39,8 +39,13 @@ Progress (each phase's stage, the servers still pending, the time left to the de
     const {coordinator, discovery} = await this.connect({tolerant: true})
     const deadlineTs = Date.now() / 1000 + this.flags.timeout
     const {checkpointId: id, restarts} = await preparedForCommit(coordinator, discovery, {id: this.flags.id, deadlineTs, log: note, again: this.rootArgs(), scopeArgs: episodeArgs(this.flags)})
-    // The fleet stays prepared: the same command with a scope commits it.
-    checkScope(coordinator, episodes, SCOPE_HINT)
+    try {
+      checkScope(coordinator, episodes, SCOPE_HINT)
+    } catch (err) {
+      // The fleet stays prepared: this command with the scope commits it, or resume reopens it.
+      if (err instanceof ControllerError) err.withNext(nextStep('commit', ['--id', id, ...this.rootArgs(), '--episodes-file', '-']), nextStep('resume', ['--id', id]))
+      throw err
+    }
     const out = await withProgress(
       {commit: {title: this.flags['no-publish'] ? 'commit' : 'commit and publish', operations: ['commit']}},
       {mode: progressMode(this.jsonEnabled()), signal: this.signal},

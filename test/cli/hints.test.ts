@@ -65,6 +65,23 @@ describe('printed next steps work when pasted', () => {
     expect(await phases(fleet)).toEqual(['idle', 'idle', 'idle', 'idle'])
   })
 
+  it('commit without a scope is refused, leaves the fleet prepared, and prints the commit with one and the resume; the commit works as printed', async () => {
+    const fleet = await startFleet({members: FULL})
+    const f = await fleetFile(fleet)
+    const root = await tempDir()
+    const prep = await cli(['prepare', '--fleet', f, '--root', root, '--json'])
+    const id = prep.json.checkpoint_id as string
+    const none = await cli(['commit', '--fleet', f, '--root', root, '--json'])
+    expect(none.code).toBe(2)
+    expect(none.json.error.message).toMatch(/^no commit scope: the policy model policy refuses/)
+    expect(none.json.error.next).toEqual([`gymckpt commit --id ${id} --root ${root} --episodes-file - --fleet ${f}`, `gymckpt resume --id ${id} --fleet ${f}`])
+    expect(await phases(fleet)).toEqual(['prepared', 'prepared', 'prepared', 'prepared'])
+    const commit = await paste(none.json.error.next[0], '')
+    expect(commit.code, commit.stdout).toBe(0)
+    expect((await paste(commit.json.next[0])).code).toBe(0)
+    expect(await phases(fleet)).toEqual(['idle', 'idle', 'idle', 'idle'])
+  })
+
   it('resume of an ID that is not the open one names the open one, which then works', async () => {
     const fleet = await startFleet({members: FULL})
     const f = await fleetFile(fleet)
