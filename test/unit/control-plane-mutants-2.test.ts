@@ -320,3 +320,50 @@ describe('what wakes a waiting prepare at once', () => {
     expect(Date.now() - t0).toBeLessThan(900)
   })
 })
+
+describe('restored state still being deleted', () => {
+  /** A plane whose commit hangs in deleting restored state until `release()`. */
+  async function deleting(opts: ControlPlaneOptions = {}) {
+    const {p, cp} = make(opts)
+    let release!: () => void
+    let called!: () => void
+    const started = new Promise<void>((r) => (called = r))
+    p.deleteRestored = () => {
+      called()
+      return new Promise<void>((r) => (release = r))
+    }
+    session(p, 'x-a1', true)
+    return {p, cp, started, release: () => release()}
+  }
+
+  it('a resume that outlives the deletion says so', async () => {
+    const {cp, started, release} = await deleting()
+    await cp.prepare({checkpoint_id: 'c', deadline_ts: soon()})
+    const commit = cp.commit({checkpoint_id: 'c', deadline_ts: soon(), checkpoint_dir: await tempDir(), episode_ids: []})
+    await started
+    expect(await refusal(cp.resume({checkpoint_id: 'c', deadline_ts: Date.now() / 1000 + 0.1}))).toEqual([
+      'ControlError',
+      409,
+      'deadline_exceeded',
+      'restored state is still being deleted; resume again',
+    ])
+    release()
+    expect((await commit).phase).toBe('committed')
+    await cp.resume({checkpoint_id: 'c', deadline_ts: soon()})
+  })
+
+  it('a lease that expires during the deletion waits for it (up to the retry period), then resumes', async () => {
+    const logs: string[] = []
+    const {cp, started, release} = await deleting({leaseGraceSeconds: 0, leaseRetryMs: 5000, log: (m) => logs.push(m)})
+    await cp.prepare({checkpoint_id: 'c', deadline_ts: soon(0.2)})
+    // The commit's deadline (and so the lease) ends while the deletion hangs.
+    const commit = cp.commit({checkpoint_id: 'c', deadline_ts: Date.now() / 1000 + 0.3, checkpoint_dir: await tempDir(), episode_ids: []}).catch((e: unknown) => e)
+    await started
+    await new Promise((r) => setTimeout(r, 500))
+    release()
+    await commit
+    for (let i = 0; i < 50 && cp.phase !== 'idle'; i++) await new Promise((r) => setTimeout(r, 20))
+    expect(cp.phase).toBe('idle')
+    expect(logs).toEqual(["lease expired in phase prepared; resuming checkpoint 'c'"])
+  })
+})
