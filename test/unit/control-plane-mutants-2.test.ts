@@ -19,8 +19,8 @@ afterEach(() => {
 
 const soon = (s = 10) => Date.now() / 1000 + s
 
-function make(opts: ControlPlaneOptions = {}) {
-  const p = new SimDownstream('model', 'm')
+function make(opts: ControlPlaneOptions = {}, kind: 'model' | 'agent' = 'model') {
+  const p = new SimDownstream(kind, 'm')
   const cp = new ControlPlane(p, opts)
   p.attach(cp)
   planes.push(cp)
@@ -69,7 +69,7 @@ describe('the words of each refusal', () => {
   })
 
   it('commit: another directory for a checkpoint whose write is pending, and a deadline passed during the write', async () => {
-    const {cp} = make()
+    const {cp} = make({}, 'agent')
     await cp.prepare({checkpoint_id: 'a', deadline_ts: soon()})
     const root = await tempDir()
     // The first write fails (its directory is a file), which keeps its job for a retry with the same arguments.
@@ -82,7 +82,7 @@ describe('the words of each refusal', () => {
       'checkpoint_conflict',
       "checkpoint 'a' is already being written to another directory or scope",
     ])
-    const {cp: cp2} = make()
+    const {cp: cp2} = make({}, 'agent')
     await cp2.prepare({checkpoint_id: 'b', deadline_ts: soon()})
     expect(await refusal(cp2.commit({checkpoint_id: 'b', deadline_ts: Date.now() / 1000 - 1, checkpoint_dir: await tempDir()}))).toEqual([
       'ControlError',
@@ -149,7 +149,7 @@ describe('leases', () => {
   })
 
   it('a commit renews the lease', async () => {
-    const {cp} = make({leaseGraceSeconds: 100})
+    const {cp} = make({leaseGraceSeconds: 100}, 'agent')
     const d1 = soon(1)
     await cp.prepare({checkpoint_id: 'a', deadline_ts: d1})
     const d2 = soon(20)
@@ -175,7 +175,7 @@ describe('leases', () => {
 
 describe('commit and restore, more', () => {
   it('an export that threw is not tried again by a retry', async () => {
-    const {p, cp} = make()
+    const {p, cp} = make({}, 'agent')
     await cp.prepare({checkpoint_id: 'a', deadline_ts: soon()})
     const exportRecords = p.exportRecords.bind(p)
     let calls = 0
@@ -195,7 +195,7 @@ describe('commit and restore, more', () => {
   })
 
   it('a commit without a scope keeps restored state (nothing is cut to a scope)', async () => {
-    const {p, cp} = make()
+    const {p, cp} = make({}, 'agent')
     session(p, 'r-a1', true)
     await cp.prepare({checkpoint_id: 'a', deadline_ts: soon()})
     const r = await cp.commit({checkpoint_id: 'a', deadline_ts: soon(), checkpoint_dir: await tempDir()})
@@ -204,7 +204,7 @@ describe('commit and restore, more', () => {
   })
 
   it('a record that cannot be encoded fails the write, naming its episode', async () => {
-    const {p, cp} = make()
+    const {p, cp} = make({}, 'agent')
     await cp.prepare({checkpoint_id: 'a', deadline_ts: soon()})
     p.exportRecords = () => [{episode: {rolloutId: 'bad', attempt: 2}, record: new Map([['f', (() => 1) as never]])}]
     const err = await cp.commit({checkpoint_id: 'a', deadline_ts: soon(), checkpoint_dir: await tempDir()}).catch((e: unknown) => e)
