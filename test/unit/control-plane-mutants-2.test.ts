@@ -20,7 +20,7 @@ afterEach(() => {
 const soon = (s = 10) => Date.now() / 1000 + s
 
 function make(opts: ControlPlaneOptions = {}) {
-  const p = new SimDownstream('model', 'm')
+  const p = new SimDownstream('agent', 'm')
   const cp = new ControlPlane(p, opts)
   p.attach(cp)
   planes.push(cp)
@@ -56,7 +56,7 @@ describe('the words of each refusal', () => {
   it('retire under another ID while restored names the restore', async () => {
     const {cp} = make()
     const dir = await tempDir()
-    await writeParticipantState({checkpointDir: dir, kind: 'model', instance: 'm', checkpointId: 'src'}, [])
+    await writeParticipantState({checkpointDir: dir, kind: 'agent', instance: 'm', checkpointId: 'src'}, [])
     await cp.restore({checkpoint_id: 'rs', deadline_ts: soon(), checkpoint_dir: dir, episode_ids: []})
     expect(await refusal(cp.retire({checkpoint_id: 'x', deadline_ts: soon(), episode_ids: []}))).toEqual(['ControlError', 409, 'checkpoint_conflict', "checkpoint 'rs' is active in phase restored"])
     // A restore of the same ID with another scope: it already completed.
@@ -95,12 +95,12 @@ describe('the words of each refusal', () => {
   it('restore: a deadline passed while reading names the directory', async () => {
     const {cp} = make()
     const dir = await tempDir()
-    await writeParticipantState({checkpointDir: dir, kind: 'model', instance: 'm', checkpointId: 'src'}, [])
+    await writeParticipantState({checkpointDir: dir, kind: 'agent', instance: 'm', checkpointId: 'src'}, [])
     expect(await refusal(cp.restore({checkpoint_id: 'rs', deadline_ts: Date.now() / 1000 - 1, checkpoint_dir: dir, episode_ids: []}))).toEqual([
       'ControlError',
       409,
       'deadline_exceeded',
-      `checkpoint 'rs' deadline passed while reading ${path.join(dir, 'gym', 'model', 'm')}`,
+      `checkpoint 'rs' deadline passed while reading ${path.join(dir, 'gym', 'agent', 'm')}`,
     ])
   })
 })
@@ -215,7 +215,7 @@ describe('commit and restore, more', () => {
   it('a restore whose participant cannot close admission reopens it and fails', async () => {
     const {p, cp} = make()
     const dir = await tempDir()
-    await writeParticipantState({checkpointDir: dir, kind: 'model', instance: 'm', checkpointId: 'src'}, [])
+    await writeParticipantState({checkpointDir: dir, kind: 'agent', instance: 'm', checkpointId: 'src'}, [])
     let opened = 0
     const open = p.openAdmission.bind(p)
     p.openAdmission = () => {
