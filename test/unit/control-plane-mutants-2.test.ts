@@ -19,8 +19,8 @@ afterEach(() => {
 
 const soon = (s = 10) => Date.now() / 1000 + s
 
-function make(opts: ControlPlaneOptions = {}) {
-  const p = new SimDownstream('agent', 'm')
+function make(opts: ControlPlaneOptions = {}, kind: 'model' | 'agent' = 'model') {
+  const p = new SimDownstream(kind, 'm')
   const cp = new ControlPlane(p, opts)
   p.attach(cp)
   planes.push(cp)
@@ -56,7 +56,7 @@ describe('the words of each refusal', () => {
   it('retire under another ID while restored names the restore', async () => {
     const {cp} = make()
     const dir = await tempDir()
-    await writeParticipantState({checkpointDir: dir, kind: 'agent', instance: 'm', checkpointId: 'src'}, [])
+    await writeParticipantState({checkpointDir: dir, kind: 'model', instance: 'm', checkpointId: 'src'}, [])
     await cp.restore({checkpoint_id: 'rs', deadline_ts: soon(), checkpoint_dir: dir, episode_ids: []})
     expect(await refusal(cp.retire({checkpoint_id: 'x', deadline_ts: soon(), episode_ids: []}))).toEqual(['ControlError', 409, 'checkpoint_conflict', "checkpoint 'rs' is active in phase restored"])
     // A restore of the same ID with another scope: it already completed.
@@ -69,7 +69,7 @@ describe('the words of each refusal', () => {
   })
 
   it('commit: another directory for a checkpoint whose write is pending, and a deadline passed during the write', async () => {
-    const {cp} = make()
+    const {cp} = make({}, 'agent')
     await cp.prepare({checkpoint_id: 'a', deadline_ts: soon()})
     const root = await tempDir()
     // The first write fails (its directory is a file), which keeps its job for a retry with the same arguments.
@@ -82,25 +82,28 @@ describe('the words of each refusal', () => {
       'checkpoint_conflict',
       "checkpoint 'a' is already being written to another directory or scope",
     ])
-    const {cp: cp2} = make()
+    const {cp: cp2} = make({}, 'agent')
     await cp2.prepare({checkpoint_id: 'b', deadline_ts: soon()})
-    expect(await refusal(cp2.commit({checkpoint_id: 'b', deadline_ts: Date.now() / 1000 - 1, checkpoint_dir: await tempDir()}))).toEqual([
+    const dir2 = await tempDir()
+    expect(await refusal(cp2.commit({checkpoint_id: 'b', deadline_ts: Date.now() / 1000 - 1, checkpoint_dir: dir2}))).toEqual([
       'ControlError',
       409,
       'deadline_exceeded',
       "checkpoint 'b' deadline passed during I/O",
     ])
+    // The write goes on; waiting for it (a retry with time left) keeps it from racing the temp directory's removal.
+    expect((await cp2.commit({checkpoint_id: 'b', deadline_ts: soon(), checkpoint_dir: dir2})).phase).toBe('committed')
   })
 
   it('restore: a deadline passed while reading names the directory', async () => {
     const {cp} = make()
     const dir = await tempDir()
-    await writeParticipantState({checkpointDir: dir, kind: 'agent', instance: 'm', checkpointId: 'src'}, [])
+    await writeParticipantState({checkpointDir: dir, kind: 'model', instance: 'm', checkpointId: 'src'}, [])
     expect(await refusal(cp.restore({checkpoint_id: 'rs', deadline_ts: Date.now() / 1000 - 1, checkpoint_dir: dir, episode_ids: []}))).toEqual([
       'ControlError',
       409,
       'deadline_exceeded',
-      `checkpoint 'rs' deadline passed while reading ${path.join(dir, 'gym', 'agent', 'm')}`,
+      `checkpoint 'rs' deadline passed while reading ${path.join(dir, 'gym', 'model', 'm')}`,
     ])
   })
 })
@@ -149,7 +152,7 @@ describe('leases', () => {
   })
 
   it('a commit renews the lease', async () => {
-    const {cp} = make({leaseGraceSeconds: 100})
+    const {cp} = make({leaseGraceSeconds: 100}, 'agent')
     const d1 = soon(1)
     await cp.prepare({checkpoint_id: 'a', deadline_ts: d1})
     const d2 = soon(20)
@@ -175,7 +178,7 @@ describe('leases', () => {
 
 describe('commit and restore, more', () => {
   it('an export that threw is not tried again by a retry', async () => {
-    const {p, cp} = make()
+    const {p, cp} = make({}, 'agent')
     await cp.prepare({checkpoint_id: 'a', deadline_ts: soon()})
     const exportRecords = p.exportRecords.bind(p)
     let calls = 0
@@ -195,7 +198,7 @@ describe('commit and restore, more', () => {
   })
 
   it('a commit without a scope keeps restored state (nothing is cut to a scope)', async () => {
-    const {p, cp} = make()
+    const {p, cp} = make({}, 'agent')
     session(p, 'r-a1', true)
     await cp.prepare({checkpoint_id: 'a', deadline_ts: soon()})
     const r = await cp.commit({checkpoint_id: 'a', deadline_ts: soon(), checkpoint_dir: await tempDir()})
@@ -204,7 +207,7 @@ describe('commit and restore, more', () => {
   })
 
   it('a record that cannot be encoded fails the write, naming its episode', async () => {
-    const {p, cp} = make()
+    const {p, cp} = make({}, 'agent')
     await cp.prepare({checkpoint_id: 'a', deadline_ts: soon()})
     p.exportRecords = () => [{episode: {rolloutId: 'bad', attempt: 2}, record: new Map([['f', (() => 1) as never]])}]
     const err = await cp.commit({checkpoint_id: 'a', deadline_ts: soon(), checkpoint_dir: await tempDir()}).catch((e: unknown) => e)
@@ -215,7 +218,7 @@ describe('commit and restore, more', () => {
   it('a restore whose participant cannot close admission reopens it and fails', async () => {
     const {p, cp} = make()
     const dir = await tempDir()
-    await writeParticipantState({checkpointDir: dir, kind: 'agent', instance: 'm', checkpointId: 'src'}, [])
+    await writeParticipantState({checkpointDir: dir, kind: 'model', instance: 'm', checkpointId: 'src'}, [])
     let opened = 0
     const open = p.openAdmission.bind(p)
     p.openAdmission = () => {
@@ -286,7 +289,7 @@ describe('what wakes a waiting prepare at once', () => {
     const pending = cp.prepare({checkpoint_id: 'a', deadline_ts: soon(5)})
     setTimeout(() => cp.close(), 50)
     expect((await pending).phase).toBe('preparing')
-    expect(Date.now() - t0).toBeLessThan(700)
+    expect(Date.now() - t0).toBeLessThan(900)
   })
 
   it('a change of the participant: the prepare replies prepared', async () => {
@@ -299,7 +302,7 @@ describe('what wakes a waiting prepare at once', () => {
     }, 50)
     const t0 = Date.now()
     expect((await cp.prepare({checkpoint_id: 'a', deadline_ts: soon(5)})).phase).toBe('prepared')
-    expect(Date.now() - t0).toBeLessThan(700)
+    expect(Date.now() - t0).toBeLessThan(900)
   })
 
   it('a resume: the prepare replies idle', async () => {
@@ -309,7 +312,7 @@ describe('what wakes a waiting prepare at once', () => {
     const pending = cp.prepare({checkpoint_id: 'a', deadline_ts: soon(5)})
     setTimeout(() => void cp.resume({checkpoint_id: 'a', deadline_ts: soon()}), 50)
     expect((await pending).phase).toBe('idle')
-    expect(Date.now() - t0).toBeLessThan(700)
+    expect(Date.now() - t0).toBeLessThan(900)
   })
 
   it('its deadline: a prepare never waits past it', async () => {
