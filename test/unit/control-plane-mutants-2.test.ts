@@ -84,12 +84,15 @@ describe('the words of each refusal', () => {
     ])
     const {cp: cp2} = make({}, 'agent')
     await cp2.prepare({checkpoint_id: 'b', deadline_ts: soon()})
-    expect(await refusal(cp2.commit({checkpoint_id: 'b', deadline_ts: Date.now() / 1000 - 1, checkpoint_dir: await tempDir()}))).toEqual([
+    const dir2 = await tempDir()
+    expect(await refusal(cp2.commit({checkpoint_id: 'b', deadline_ts: Date.now() / 1000 - 1, checkpoint_dir: dir2}))).toEqual([
       'ControlError',
       409,
       'deadline_exceeded',
       "checkpoint 'b' deadline passed during I/O",
     ])
+    // The write goes on; waiting for it (a retry with time left) keeps it from racing the temp directory's removal.
+    expect((await cp2.commit({checkpoint_id: 'b', deadline_ts: soon(), checkpoint_dir: dir2})).phase).toBe('committed')
   })
 
   it('restore: a deadline passed while reading names the directory', async () => {
@@ -286,7 +289,7 @@ describe('what wakes a waiting prepare at once', () => {
     const pending = cp.prepare({checkpoint_id: 'a', deadline_ts: soon(5)})
     setTimeout(() => cp.close(), 50)
     expect((await pending).phase).toBe('preparing')
-    expect(Date.now() - t0).toBeLessThan(700)
+    expect(Date.now() - t0).toBeLessThan(900)
   })
 
   it('a change of the participant: the prepare replies prepared', async () => {
@@ -299,7 +302,7 @@ describe('what wakes a waiting prepare at once', () => {
     }, 50)
     const t0 = Date.now()
     expect((await cp.prepare({checkpoint_id: 'a', deadline_ts: soon(5)})).phase).toBe('prepared')
-    expect(Date.now() - t0).toBeLessThan(700)
+    expect(Date.now() - t0).toBeLessThan(900)
   })
 
   it('a resume: the prepare replies idle', async () => {
@@ -309,7 +312,7 @@ describe('what wakes a waiting prepare at once', () => {
     const pending = cp.prepare({checkpoint_id: 'a', deadline_ts: soon(5)})
     setTimeout(() => void cp.resume({checkpoint_id: 'a', deadline_ts: soon()}), 50)
     expect((await pending).phase).toBe('idle')
-    expect(Date.now() - t0).toBeLessThan(700)
+    expect(Date.now() - t0).toBeLessThan(900)
   })
 
   it('its deadline: a prepare never waits past it', async () => {
