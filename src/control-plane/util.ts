@@ -31,11 +31,20 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
 
 /** Resolves to 'timeout' once `deadlineMs` (epoch ms) passes, unless `p` settles first. */
 export async function raceDeadline<T>(p: Promise<T>, deadlineMs: number): Promise<{value: T} | 'timeout'> {
-  const left = deadlineMs - Date.now()
-  if (left <= 0) return 'timeout'
+  if (deadlineMs - Date.now() <= 0) return 'timeout'
   let timer: NodeJS.Timeout | undefined
+  // A timer holds at most 2^31 - 1 ms (~24.8 days; Node fires a longer one after 1 ms): a deadline
+  // further away is waited for in steps.
+  const expiry = new Promise<'timeout'>((r) => {
+    const arm = () => {
+      const left = deadlineMs - Date.now()
+      if (left <= 0) r('timeout')
+      else timer = setTimeout(arm, Math.min(left, 2 ** 31 - 1))
+    }
+    arm()
+  })
   try {
-    return await Promise.race([p.then((value) => ({value})), new Promise<'timeout'>((r) => (timer = setTimeout(() => r('timeout'), left)))])
+    return await Promise.race([p.then((value) => ({value})), expiry])
   } finally {
     clearTimeout(timer)
   }
