@@ -3,39 +3,21 @@
 // again, the offline path rules for a directory outside the checkpoint and a link that cannot be
 // resolved, and a scanned line whose token is cut by the 1 MiB read chunk (an error is raised where
 // it is found, not only at the line's end; a long number is one token).
-import {createHash} from 'node:crypto'
-import {mkdir, realpath, symlink, writeFile} from 'node:fs/promises'
+import {mkdir, realpath, symlink} from 'node:fs/promises'
 import path from 'node:path'
 
 import {describe, expect, it} from 'vitest'
 
 import {CheckpointStateError} from '../../src/storage/errors.js'
-import {encodeManifest, participantDir, readParticipantState, writeParticipantState} from '../../src/storage/participant-store.js'
+import {participantDir, readParticipantState, writeParticipantState} from '../../src/storage/participant-store.js'
 import {pyDumps} from '../../src/storage/pyjson.js'
 import {tempDir} from '../helpers/tmp.js'
 import {rejection} from '../helpers/errors.js'
+import {handWritten} from '../helpers/store.js'
 
 const MiB = 1 << 20
 const line = (r: string, attempt = 0, extra = '') => `{"episode_id": {"rollout_id": "${r}", "attempt": ${attempt}}${extra}}`
-const sha256 = (s: string | Buffer) => createHash('sha256').update(s).digest('hex')
 const stateError = (p: Promise<unknown>) => rejection(p, CheckpointStateError)
-
-/** A participant directory written by hand: records bytes as given, a manifest naming them. */
-async function handWritten(dir: string, records: string | Buffer, recordCount: number): Promise<void> {
-  await mkdir(dir, {recursive: true})
-  const sha = sha256(records)
-  const m = {
-    checkpoint_id: 'c1',
-    instance: path.basename(dir),
-    kind: 'environment',
-    record_count: recordCount,
-    records_file: `records-${sha}.jsonl`,
-    records_sha256: sha,
-    schema_version: 1,
-  }
-  await writeFile(path.join(dir, m.records_file), records)
-  await writeFile(path.join(dir, 'manifest.json'), encodeManifest(m))
-}
 
 /** A first line (with its newline) of exactly `n` bytes. */
 const filler = (n: number) => {

@@ -2,37 +2,19 @@
 // (issue 12), written against the survivors of its first mutation run: a stopped write closes its
 // record source, kept records are checked as strictly as scanned ones and stay in file order, the
 // offline symlink and missing-file rules, and lines whose start is cut by the 1 MiB read chunk.
-import {createHash} from 'node:crypto'
 import {mkdir, rm, symlink, writeFile} from 'node:fs/promises'
 import path from 'node:path'
 
 import {describe, expect, it} from 'vitest'
 
 import {CheckpointStateError, WriteStoppedError} from '../../src/storage/errors.js'
-import {encodeManifest, participantDir, readParticipantState, writeParticipantState} from '../../src/storage/participant-store.js'
+import {participantDir, readParticipantState, writeParticipantState} from '../../src/storage/participant-store.js'
 import {pyDumps} from '../../src/storage/pyjson.js'
 import {tempDir} from '../helpers/tmp.js'
 import {rejection} from '../helpers/errors.js'
+import {handWritten, sha256} from '../helpers/store.js'
 
 const line = (r: string, attempt = 0, extra = '') => `{"episode_id": {"rollout_id": "${r}", "attempt": ${attempt}}${extra}}`
-const sha256 = (s: string | Buffer) => createHash('sha256').update(s).digest('hex')
-
-/** A participant directory written by hand: records bytes as given, a manifest naming them. */
-async function handWritten(dir: string, records: string | Buffer, recordCount: number): Promise<void> {
-  await mkdir(dir, {recursive: true})
-  const sha = sha256(records)
-  const m = {
-    checkpoint_id: 'c1',
-    instance: path.basename(dir),
-    kind: 'environment',
-    record_count: recordCount,
-    records_file: `records-${sha}.jsonl`,
-    records_sha256: sha,
-    schema_version: 1,
-  }
-  await writeFile(path.join(dir, m.records_file), records)
-  await writeFile(path.join(dir, 'manifest.json'), encodeManifest(m))
-}
 
 const stateError = (p: Promise<unknown>) => rejection(p, CheckpointStateError)
 

@@ -5,10 +5,8 @@
 // As in verify-threads-mutants.test.ts, the sources under test are copied into a scratch directory
 // with a `verify-worker.js` that loads the TypeScript worker through tsx; this one also records
 // the execArgv each worker was started with.
-import {randomBytes} from 'node:crypto'
-import {cp, mkdir, readFile, rm, rmdir, writeFile} from 'node:fs/promises'
+import {readFile, writeFile} from 'node:fs/promises'
 import path from 'node:path'
-import {pathToFileURL} from 'node:url'
 import {BroadcastChannel, Worker} from 'node:worker_threads'
 
 import {afterAll, beforeAll, describe, expect, it} from 'vitest'
@@ -16,9 +14,10 @@ import {afterAll, beforeAll, describe, expect, it} from 'vitest'
 import {writeParticipantState} from '../../src/storage/participant-store.js'
 import {FORMAT_VERSION, publishLatest, writeControllerManifest} from '../../src/storage/root.js'
 import * as inline from '../../src/storage/verify.js'
+import {scratchDir, verifyWithWorkerShim} from '../helpers/store.js'
 import {tempDir} from '../helpers/tmp.js'
 
-const scratch = path.resolve('.test-tmp', `verify-mutants-3-${process.pid}-${randomBytes(4).toString('hex')}`)
+const scratch = scratchDir('verify-mutants-3')
 const argvLog = path.join(scratch, 'worker-argv.log')
 const CHANNEL = `verify-mutants-3-${process.pid}`
 let threaded: typeof inline
@@ -39,17 +38,13 @@ register()
 await import('./verify-worker.ts')
 `
 
+let remove: () => Promise<void>
+
 beforeAll(async () => {
-  await mkdir(scratch, {recursive: true})
-  await cp(path.resolve('src'), path.join(scratch, 'src'), {recursive: true})
-  await writeFile(path.join(scratch, 'src', 'storage', 'verify-worker.js'), SHIM)
-  threaded = (await import(pathToFileURL(path.join(scratch, 'src', 'storage', 'verify.ts')).href)) as typeof inline
+  ;({verify: threaded, remove} = await verifyWithWorkerShim(scratch, SHIM))
 })
 
-afterAll(async () => {
-  await rm(scratch, {recursive: true, force: true})
-  await rmdir(path.dirname(scratch)).catch(() => {})
-})
+afterAll(() => remove())
 
 async function workerArgv(): Promise<string[][]> {
   const text = await readFile(argvLog, 'utf8').catch(() => '')

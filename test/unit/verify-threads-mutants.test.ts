@@ -5,19 +5,18 @@
 // are copied into a scratch directory of the project, with a `verify-worker.js` that loads the
 // TypeScript worker through tsx, and verify is imported from that copy: its main-thread code is
 // exactly the code under test, and its workers run the real worker module.
-import {randomBytes} from 'node:crypto'
-import {cp, mkdir, readFile, readdir, rm, rmdir, stat, writeFile} from 'node:fs/promises'
+import {readFile, readdir, stat, writeFile} from 'node:fs/promises'
 import path from 'node:path'
-import {pathToFileURL} from 'node:url'
 
 import {afterAll, beforeAll, describe, expect, it} from 'vitest'
 
 import {writeParticipantState} from '../../src/storage/participant-store.js'
 import {FORMAT_VERSION, publishLatest, writeControllerManifest} from '../../src/storage/root.js'
 import * as inline from '../../src/storage/verify.js'
+import {scratchDir, verifyWithWorkerShim} from '../helpers/store.js'
 import {tempDir} from '../helpers/tmp.js'
 
-const scratch = path.resolve('.test-tmp', `verify-threads-${process.pid}-${randomBytes(4).toString('hex')}`)
+const scratch = scratchDir('verify-threads')
 const startLog = path.join(scratch, 'worker-starts.log')
 let threaded: typeof inline
 
@@ -37,18 +36,13 @@ register()
 await import('./verify-worker.ts')
 `
 
+let remove: () => Promise<void>
+
 beforeAll(async () => {
-  await mkdir(scratch, {recursive: true})
-  await cp(path.resolve('src'), path.join(scratch, 'src'), {recursive: true})
-  await writeFile(path.join(scratch, 'src', 'storage', 'verify-worker.js'), SHIM)
-  threaded = (await import(pathToFileURL(path.join(scratch, 'src', 'storage', 'verify.ts')).href)) as typeof inline
+  ;({verify: threaded, remove} = await verifyWithWorkerShim(scratch, SHIM))
 })
 
-afterAll(async () => {
-  await rm(scratch, {recursive: true, force: true})
-  // The parent goes too when no other run is using it.
-  await rmdir(path.dirname(scratch)).catch(() => {})
-})
+afterAll(() => remove())
 
 async function starts(): Promise<number> {
   return (await readFile(startLog, 'utf8').catch(() => '')).split('\n').filter(Boolean).length
