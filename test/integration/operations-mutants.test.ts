@@ -376,6 +376,23 @@ describe('the one-shot fan-outs', () => {
   })
 })
 
+/**
+ * A checkpoint (`id`) holding e1, run to a boundary on a-env of a wide fleet, and a fresh wide
+ * fleet to restore it into.
+ */
+async function restorableE1(id: string): Promise<{root: string; fresh: Fleet; fc: Coordinator}> {
+  const {fleet, c} = await wide()
+  const root = await tempDir()
+  const run = fleet.run({rolloutId: 'e1', steps: 4, stepMs: 40}, 'a-env')
+  await new Promise((r) => setTimeout(r, 60))
+  await prepare(c, id, soon())
+  await commit(c, id, root, [episode('e1')], soon())
+  await resume(c, id, soon())
+  await run
+  const fresh = await startFleet({members: WIDE})
+  return {root, fresh, fc: await coordinatorFor(fresh)}
+}
+
 describe('restore cleanup', () => {
   it('a failed restore retires on each participant what it installed (all of it where it failed inside), resumes everyone, and raises the restore error', async () => {
     const {fleet, c} = await wide()
@@ -419,16 +436,7 @@ describe('restore cleanup', () => {
   })
 
   it('a restore whose reply was lost asks that participant whether it restored, and retires what it did', async () => {
-    const {fleet, c} = await wide()
-    const root = await tempDir()
-    const run = fleet.run({rolloutId: 'e1', steps: 4, stepMs: 40}, 'a-env')
-    await new Promise((r) => setTimeout(r, 60))
-    await prepare(c, 'ck-t', soon())
-    await commit(c, 'ck-t', root, [episode('e1')], soon())
-    await resume(c, 'ck-t', soon())
-    await run
-    const fresh = await startFleet({members: WIDE})
-    const fc = await coordinatorFor(fresh)
+    const {root, fresh, fc} = await restorableE1('ck-t')
     // a-env installs, then the connection drops before its reply; b-model refuses outright (busy).
     fresh.server('a-env').faults.add('restore', {type: 'drop-after'})
     fresh.server('b-model').faults.add('restore', {type: 'status', status: 409, body: JSON.stringify({error: {code: 'invalid_phase', detail: 'busy'}})})
@@ -452,16 +460,7 @@ describe('restore cleanup', () => {
   })
 
   it('a participant that missed its deadline retires every replacement attempt; one that refused before installing is not touched', async () => {
-    const {fleet, c} = await wide()
-    const root = await tempDir()
-    const run = fleet.run({rolloutId: 'e1', steps: 4, stepMs: 40}, 'a-env')
-    await new Promise((r) => setTimeout(r, 60))
-    await prepare(c, 'ck-v', soon())
-    await commit(c, 'ck-v', root, [episode('e1')], soon())
-    await resume(c, 'ck-v', soon())
-    await run
-    const fresh = await startFleet({members: WIDE})
-    const fc = await coordinatorFor(fresh)
+    const {root, fresh, fc} = await restorableE1('ck-v')
     const refusal = (status: number, code: string) => ({type: 'status' as const, status, body: JSON.stringify({error: {code, detail: 'x'}})})
     // Gym's install outlives the deadline: a participant answering deadline_exceeded may go on installing.
     fresh.server('b-model').faults.add('restore', refusal(409, 'deadline_exceeded'))
@@ -484,16 +483,7 @@ describe('restore cleanup', () => {
   })
 
   it('a cleanup that fails is logged, and the restore error is still the one raised', async () => {
-    const {fleet, c} = await wide()
-    const root = await tempDir()
-    const run = fleet.run({rolloutId: 'e1', steps: 4, stepMs: 40}, 'a-env')
-    await new Promise((r) => setTimeout(r, 60))
-    await prepare(c, 'ck-u', soon())
-    await commit(c, 'ck-u', root, [episode('e1')], soon())
-    await resume(c, 'ck-u', soon())
-    await run
-    const fresh = await startFleet({members: WIDE})
-    const fc = await coordinatorFor(fresh)
+    const {root, fresh, fc} = await restorableE1('ck-u')
     fresh.server('b-model').faults.add('restore', {type: 'status', status: 500})
     fresh.server('a-env').faults.add('retire', {type: 'status', status: 500})
     fresh.server('d-res').faults.add('resume', {type: 'status', status: 500})
@@ -506,16 +496,7 @@ describe('restore cleanup', () => {
   })
 
   it('a restore that succeeds everywhere returns the replies and the next attempts, and sends nothing else', async () => {
-    const {fleet, c} = await wide()
-    const root = await tempDir()
-    const run = fleet.run({rolloutId: 'e1', steps: 4, stepMs: 40}, 'a-env')
-    await new Promise((r) => setTimeout(r, 60))
-    await prepare(c, 'ck-v', soon())
-    await commit(c, 'ck-v', root, [episode('e1')], soon())
-    await resume(c, 'ck-v', soon())
-    await run
-    const fresh = await startFleet({members: WIDE})
-    const fc = await coordinatorFor(fresh)
+    const {root, fresh, fc} = await restorableE1('ck-v')
     const out = await restore(fc, 'rs-4', root, [episode('e1')], soon())
     expect(out.replacements).toEqual([{rolloutId: 'e1', attempt: 1}])
     expect(out.replies.get('a-env')!.restored).toEqual(['e1-a1'])
@@ -593,16 +574,7 @@ describe('operations: more rules', () => {
   })
 
   it("a restore cleanup outlives the restore's own deadline: it gets 30 s more", async () => {
-    const {fleet, c} = await wide()
-    const root = await tempDir()
-    const run = fleet.run({rolloutId: 'e1', steps: 4, stepMs: 40}, 'a-env')
-    await new Promise((r) => setTimeout(r, 60))
-    await prepare(c, 'ck-w', soon())
-    await commit(c, 'ck-w', root, [episode('e1')], soon())
-    await resume(c, 'ck-w', soon())
-    await run
-    const fresh = await startFleet({members: WIDE})
-    const fc = await coordinatorFor(fresh)
+    const {root, fresh, fc} = await restorableE1('ck-w')
     // y-model answers only after the restore's deadline has passed (and refuses, too late): the
     // fan-out waits for it, so the cleanup starts after that deadline.
     fresh.server('y-model').faults.add('restore', {type: 'delay', ms: 800})
