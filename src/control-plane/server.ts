@@ -15,7 +15,7 @@ import {sleep} from './util.js'
 const MAX_BODY = 64 << 20
 
 /** A downstream step call from an environment (built once: zod schemas are costly to build). */
-const StepBodySchema = z.object({step: z.number().int(), acc: z.string(), seed: z.boolean().optional(), restart: z.boolean().optional()})
+const StepBodySchema = z.object({step: z.number().int(), acc: z.string(), seed: z.boolean().optional(), restart: z.boolean().optional(), replay: z.boolean().optional()})
 
 export const RunBodySchema = z.object({
   /** Explicit, or derived as Gym derives it: `<_ng_task_index>-<_ng_rollout_index>`. */

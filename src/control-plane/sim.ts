@@ -312,7 +312,7 @@ export class SimEnvironment extends SimBase {
         live.state = 'stepping'
       }
       const seed = step === 1
-      const replies = await Promise.all(this.downstream.map((d) => this.callStep(d, live.key, {step, acc, seed, restart: body.restart}, signal)))
+      const replies = await Promise.all(this.downstream.map((d) => this.callStep(d, live.key, {step, acc, seed, restart: body.restart, replay: body.step_mode === 'replay'}, signal)))
       if (replies.some((r) => r.restart)) live.restart = true
       acc = sha(acc, step, ...replies.map((r) => r.digest))
       live.boundary = {step, acc}
@@ -365,6 +365,15 @@ export interface Session {
   restored: boolean
   /** Opaque session state carried through checkpoints byte for byte (tool outputs, transcripts). */
   payload?: PyValue
+  /**
+   * The last step, when the environment ran it in replay mode: its number and the chain before it.
+   * A replay step does not hold a checkpoint back, so the checkpoint may hold this session after
+   * the step and the environment before it; after a restore the environment runs the step again,
+   * and running it again from `before` leaves the session as one run of it did (Gym's downstream
+   * work for a replay step is replay-safe: the model cuts held generations, resources serve only
+   * replay-safe requests). Exported as `replay_step` and `replay_before`.
+   */
+  replay?: {step: number; before: string}
 }
 
 export class SimDownstream extends SimBase {
@@ -372,6 +381,8 @@ export class SimDownstream extends SimBase {
   private readonly inflight = new RolloutMap<{count: number; abort: AbortController; done: Promise<void>[]}>()
   /** Simulated work per call, in ms. */
   callMs = 0
+  /** Simulated time a step call spends on the way here, before admission is checked, in ms. */
+  latencyMs = 0
 
   constructor(kind: 'model' | 'agent' | 'resources', instance: string) {
     super(kind, instance)
@@ -402,7 +413,15 @@ export class SimDownstream extends SimBase {
         record: new Map<string, PyValue>([
           ['episode_id', episodeIdRecord(s.ep)],
           ['session_id', key],
-          ['state', new Map<string, PyValue>([['chain', s.chain], ['calls', s.calls], ...(s.payload === undefined ? [] : [['payload', s.payload] as [string, PyValue]])])],
+          [
+            'state',
+            new Map<string, PyValue>([
+              ['chain', s.chain],
+              ['calls', s.calls],
+              ...(s.payload === undefined ? [] : [['payload', s.payload] as [string, PyValue]]),
+              ...(s.replay === undefined ? [] : [['replay_step', s.replay.step] as [string, PyValue], ['replay_before', s.replay.before] as [string, PyValue]]),
+            ]),
+          ],
         ]),
       })
     }
@@ -423,6 +442,10 @@ export class SimDownstream extends SimBase {
   validateRecord(_key: string, record: PyValue): void {
     const st = pyGet(record, 'state')
     if (!isPyDict(st) || typeof pyGet(st, 'chain') !== 'string' || typeof pyGet(st, 'calls') !== 'number') throw new Error('state must be {chain, calls}')
+    const step = pyGet(st, 'replay_step')
+    const before = pyGet(st, 'replay_before')
+    if ((step === undefined) !== (before === undefined) || (step !== undefined && (typeof step !== 'number' || typeof before !== 'string')))
+      throw new Error('replay_step and replay_before must come together, a number and a string')
   }
 
   async install(records: StoredRecord[]): Promise<void> {
@@ -430,7 +453,16 @@ export class SimDownstream extends SimBase {
       const ep = nextAttempt(fromCaptureKey(r.key))
       const st = pyGet(r.record, 'state')
       const payload = pyGet(st, 'payload')
-      this.sessions.set(captureKey(ep), {ep, chain: pyGet(st, 'chain') as string, calls: pyGet(st, 'calls') as number, restart: false, restored: true, ...(payload === undefined ? {} : {payload})})
+      const step = pyGet(st, 'replay_step')
+      this.sessions.set(captureKey(ep), {
+        ep,
+        chain: pyGet(st, 'chain') as string,
+        calls: pyGet(st, 'calls') as number,
+        restart: false,
+        restored: true,
+        ...(payload === undefined ? {} : {payload}),
+        ...(step === undefined ? {} : {replay: {step: step as number, before: pyGet(st, 'replay_before') as string}}),
+      })
     }
   }
 
@@ -465,9 +497,10 @@ export class SimDownstream extends SimBase {
   }
 
   /** The data-plane step call. */
-  async step(key: string, body: {step: number; acc: string; seed?: boolean; restart?: boolean}): Promise<{digest: string; restart: boolean}> {
+  async step(key: string, body: {step: number; acc: string; seed?: boolean; restart?: boolean; replay?: boolean}): Promise<{digest: string; restart: boolean}> {
     const ep = fromCaptureKey(key)
     this.cp.checkAttempt(ep)
+    if (this.latencyMs) await sleep(this.latencyMs)
     const ctl = new AbortController()
     // Requests wait out an open checkpoint instead of being refused; a seed must not mark a
     // restart while one is open, so the restarts a prepare reported stay those of its commit.
@@ -488,9 +521,15 @@ export class SimDownstream extends SimBase {
         s = {ep, chain: sha(this.kind, this.instance, ep.rolloutId), calls: 0, restart: Boolean(body.restart) && this.kind === 'resources', restored: false}
         this.sessions.set(key, s)
       }
+      if (s.restored && body.replay && s.replay?.step === body.step) {
+        // The replay step the checkpoint caught half done, run again after a restore.
+        s.chain = sha(s.replay.before, body.step, body.acc)
+      } else {
+        s.replay = body.replay ? {step: body.step, before: s.chain} : undefined
+        s.chain = sha(s.chain, body.step, body.acc)
+        s.calls++
+      }
       s.restored = false
-      s.chain = sha(s.chain, body.step, body.acc)
-      s.calls++
       return {digest: s.chain, restart: s.restart}
     } finally {
       f.count--

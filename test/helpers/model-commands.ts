@@ -78,6 +78,9 @@ export const initialTasks = fc.array(spec, {minLength: 2, maxLength: 6})
 export const start = fc.array(spec, {minLength: 1, maxLength: 3}).map((specs) => new Step(`start ${specs.map(specText).join(', ')}`, (w) => w.start(specs)))
 export const dispatch = fc.constant(null).map(() => new Step('dispatch pending', (w) => w.dispatchPending()))
 export const wait = fc.integer({min: 0, max: 80}).map((ms) => new Step(`wait ${ms}ms`, (w) => w.wait(ms)))
+export const latency = fc
+  .record({server: fc.constantFrom<Server>('policy', 'agent', 'res'), ms: fc.constantFrom(0, 3, 10, 30)})
+  .map(({server, ms}) => new Step(`latency ${server} ${ms}ms`, (w) => w.latency(server, ms)))
 export const prepare = faultOn(['prepare']).map((f) => new Step(`prepare${faultText(f)}`, (w) => w.prepare(f)))
 export const commit = faultOn(['commit']).map((f) => new Step(`commit+publish${faultText(f)}`, (w) => w.commit(f)))
 export const resume = faultOn(['resume']).map((f) => new Step(`resume${faultText(f)}`, (w) => w.resume(f)))
@@ -101,6 +104,7 @@ export function commandsArb(maxCommands: number) {
     [start, 3],
     [dispatch, 1],
     [wait, 3],
+    [latency, 1],
     [prepare, 2],
     [commit, 3],
     [resume, 2],

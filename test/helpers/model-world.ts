@@ -304,6 +304,17 @@ export class World {
     await new Promise((r) => setTimeout(r, ms))
   }
 
+  /**
+   * Step calls take `ms` on their way to one downstream server of the current fleet (until it
+   * crashes): a replay step's calls then reach the servers on both sides of a prepare.
+   */
+  async latency(server: Server, ms: number): Promise<void> {
+    const p = this.fleet.server(server).participant
+    if (!(p instanceof SimDownstream)) return this.note(`skipped: ${server} serves no step calls`)
+    p.latencyMs = ms
+    this.shared.count('data-plane latency set')
+  }
+
   private snapshot(): ControllerState {
     return {progress: Object.fromEntries([...this.progress].map(([r, p]) => [r, {...p}]))}
   }

@@ -9,8 +9,8 @@ import {Shared, World} from '../helpers/model-world.js'
 /**
  * Model-based random test: random sequences of episodes, prepare, commit + publish, resume,
  * one-shot checkpoints, retire, forget, crash + restore of LATEST, restores pointed at a busy
- * fleet, and faults (500, a brief or long hang, a dropped connection before or after handling) on
- * one participant's route, against a real fleet of the participant double and the real controller.
+ * fleet, latency on one downstream server's step calls, and faults (500, a brief or long hang, a
+ * dropped connection before or after handling) on one participant's route, against a real fleet of the participant double and the real controller.
  * After every step: LATEST verifies; no participant manifest appears after its resume returned;
  * a restore is all or nothing; a restore into a busy fleet is refused (fleet_state) and retires
  * nothing; every episode's result equals an uninterrupted run of the same episode.
