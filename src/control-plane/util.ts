@@ -31,7 +31,11 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
 
 /** Resolves to 'timeout' once `deadlineMs` (epoch ms) passes, unless `p` settles first. */
 export async function raceDeadline<T>(p: Promise<T>, deadlineMs: number): Promise<{value: T} | 'timeout'> {
-  if (deadlineMs - Date.now() <= 0) return 'timeout'
+  if (deadlineMs - Date.now() <= 0) {
+    // Lost before it started: what `p` does later (a rejection included) is nobody's concern.
+    p.catch(() => {})
+    return 'timeout'
+  }
   let timer: NodeJS.Timeout | undefined
   // A timer holds at most 2^31 - 1 ms (~24.8 days; Node fires a longer one after 1 ms): a deadline
   // further away is waited for in steps.

@@ -15,4 +15,20 @@ describe('raceDeadline', () => {
     expect(await raceDeadline(slow, Date.now() + 20)).toBe('timeout')
     expect(await raceDeadline(Promise.resolve('x'), Date.now() - 1)).toBe('timeout')
   })
+
+  it('work that fails after its deadline passed is no unhandled rejection', async () => {
+    const unhandled: unknown[] = []
+    const seen = (reason: unknown) => unhandled.push(reason)
+    process.on('unhandledRejection', seen)
+    try {
+      for (const deadline of [Date.now() - 1, Date.now() + 5]) {
+        const failing = new Promise<string>((_, reject) => setTimeout(() => reject(new Error('read failed late')), 20))
+        expect(await raceDeadline(failing, deadline)).toBe('timeout')
+      }
+      await new Promise((r) => setTimeout(r, 60))
+      expect(unhandled).toEqual([])
+    } finally {
+      process.off('unhandledRejection', seen)
+    }
+  })
 })
