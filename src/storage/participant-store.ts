@@ -330,13 +330,15 @@ async function readInner(dir: string, opts: ReadStateOptions): Promise<ReadState
       which ^= 1
       next = fh.read(bufs[which]!, 0, READ_CHUNK, bytes)
       hash.update(chunk)
-      reader.push(chunk, at)
-      // A line that repeats its top-level episode_id is decoded whole: read it again.
-      for (const r of reader.takeRereads()) {
-        const line = Buffer.allocUnsafe(r.length)
-        const {bytesRead: n} = await fh.read(line, 0, r.length, r.start)
-        reader.decodeAgain(r, line.subarray(0, n))
+      try {
+        reader.push(chunk, at)
+      } catch (err) {
+        // The first problem in file order: a line of this chunk to be read again may come first.
+        for (const r of reader.takeRereads()) if (r.lineNo < reader.failedAt!) await readAgain(fh, reader, r)
+        throw err
       }
+      // A line that repeats its top-level episode_id is decoded whole: read it again.
+      for (const r of reader.takeRereads()) await readAgain(fh, reader, r)
     }
     reader.end()
     sha = (hash ?? (await sha256Hasher(0))).digest('hex')
@@ -352,6 +354,16 @@ async function readInner(dir: string, opts: ReadStateOptions): Promise<ReadState
   }
   if (m.record_count !== keys.length) throw new CheckpointStateError(`${manifestPath} expects ${JSON.stringify(m.record_count)} records, found ${keys.length}`)
   return {dir, manifest: m as ParticipantManifest, keys, kept, bytes}
+}
+
+type FileHandle = Awaited<ReturnType<typeof open>>
+type Reread = {index: number; lineNo: number; start: number; length: number}
+
+/** A line that repeats its top-level episode_id, read again and decoded whole. */
+async function readAgain(fh: FileHandle, reader: RecordsReader, r: Reread): Promise<void> {
+  const line = Buffer.allocUnsafe(r.length)
+  const {bytesRead: n} = await fh.read(line, 0, r.length, r.start)
+  reader.decodeAgain(r, line.subarray(0, n))
 }
 
 const enum Mode {
@@ -388,7 +400,9 @@ class RecordsReader {
   private carry: Buffer = NO_BYTES
   private key = ''
   private readonly scanner = new JsonScanner()
-  private rereads: {index: number; lineNo: number; start: number; length: number}[] = []
+  private rereads: Reread[] = []
+  /** The line of the first problem found. */
+  failedAt: number | undefined
 
   constructor(
     private readonly recordsPath: string,
@@ -414,7 +428,7 @@ class RecordsReader {
     if (this.length > 0 || this.mode !== Mode.Head || this.head !== null) this.piece(NO_BYTES, 0, 0, true, this.start + this.length)
   }
 
-  takeRereads(): {index: number; lineNo: number; start: number; length: number}[] {
+  takeRereads(): Reread[] {
     const r = this.rereads
     this.rereads = []
     return r
@@ -441,6 +455,7 @@ class RecordsReader {
   }
 
   private fail(lineNo: number, what: string): never {
+    this.failedAt ??= lineNo
     throw new CheckpointStateError(`${this.recordsPath} line ${lineNo}${what}`)
   }
 
