@@ -322,6 +322,9 @@ const HEX4 = /^[0-9a-fA-F]{4}$/
 /** V8 makes a substring this long or longer a view that keeps its parent string alive. */
 const SLICE_MIN = 13
 
+/** A fraction or an exponent: what makes a number a Python float. */
+const FLOAT_MARK = /[.eE]/
+
 class Parser {
   i = 0
   /** The next backslash at or after the last string's start (Infinity: none). */
@@ -576,13 +579,29 @@ class Parser {
     const s = this.s
     const close = s.indexOf(']', open)
     if (close < 0) return null
+    const text = s.slice(open, close + 1)
     let arr: unknown
     try {
-      arr = JSON.parse(s.slice(open, close + 1))
+      arr = JSON.parse(text)
     } catch {
       return null
     }
     const a = arr as PyValue[]
+    if (!FLOAT_MARK.test(text)) {
+      // No fraction or exponent anywhere (token ids): every value is an int as spelt, and only
+      // -0 (the int 0) and integers beyond 2^53 (bigints, read off their spelling) need more.
+      let e = 0
+      for (; e < a.length; e++) {
+        const v = a[e]
+        if (typeof v !== 'number') return null
+        if (!Number.isSafeInteger(v)) break
+        if (v === 0) a[e] = 0
+      }
+      if (e === a.length) {
+        this.i = close + 1
+        return a
+      }
+    }
     // Token k starts after the k-th comma: found only up to the integral values, which are few.
     let k = 0
     let at = open + 1

@@ -29,6 +29,22 @@ describe('arrays of numbers', () => {
     )
   })
 
+  it('arrays of integers only (token ids): -0 is the integer 0, beyond 2^53 a bigint, as each token alone', () => {
+    const int = fc.oneof(fc.integer().map(String), fc.bigInt({min: -(2n ** 70n), max: 2n ** 70n}).map(String), fc.constantFrom('0', '-0', '9007199254740991', '9007199254740992', '-9007199254740993'))
+    fc.assert(
+      fc.property(fc.array(int, {minLength: 1, maxLength: 30}), separator, (tokens, sep) => {
+        const got = pyLoads(`[${tokens.join(sep)}]`) as PyValue[]
+        expect(got).toEqual(tokens.map((t) => pyLoads(t)))
+        for (const v of got) if (typeof v === 'number') expect(Object.is(v, -0)).toBe(false)
+      }),
+      {numRuns: 2000},
+    )
+    expect(pyLoads('[-0, 1, 0]')).toEqual([0, 1, 0])
+    expect(Object.is((pyLoads('[-0]') as PyValue[])[0], 0)).toBe(true)
+    expect(pyLoads('[1, 9007199254740993, -0]')).toEqual([1, 9007199254740993n, 0])
+    expect(pyLoads('[1E2, 7]')).toEqual([new PyFloat(100), 7])
+  })
+
   it('-0.0 is a float and -0 the integer 0, inside float arrays too', () => {
     const v = pyLoads('[0.5, -0.0, -0, 0.0, 3, 2.0]') as PyValue[]
     expect(v[1]).toEqual(new PyFloat(-0))
