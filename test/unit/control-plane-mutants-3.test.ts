@@ -268,3 +268,49 @@ describe("a commit's write in flight", () => {
     expect(left.filter((f) => f === 'manifest.json' || f.startsWith('records-'))).toEqual([])
   })
 })
+
+describe('three listed as equivalent before, told apart here', () => {
+  it('a prepare whose deadline is this very millisecond does not wait (not even 0 ms)', async () => {
+    vi.useFakeTimers({toFake: ['Date']})
+    vi.setSystemTime(NOW)
+    const {p, cp} = make()
+    const waits = holdWaits(cp)
+    p.stuckBlockers = ['b']
+    expect(await within(cp.prepare({checkpoint_id: 'a', deadline_ts: NOW / 1000}))).toEqual({value: {phase: 'preparing', report: expect.objectContaining({ready: false})}})
+    expect(waits.count).toBe(0)
+  })
+
+  it('a commit whose scope drops no restored state does not call deleteRestored', async () => {
+    const {p, cp} = make()
+    session(p, 'x')
+    p.sessions.set('y-a1', {ep: {rolloutId: 'y', attempt: 1}, chain: 'c', calls: 1, restart: false, restored: true})
+    const deleted: string[][] = []
+    p.deleteRestored = async (keys) => void deleted.push(keys)
+    await cp.prepare({checkpoint_id: 'a', deadline_ts: soon()})
+    const episode_ids = [
+      {rollout_id: 'x', attempt: 0},
+      {rollout_id: 'y', attempt: 1},
+    ]
+    expect((await cp.commit({checkpoint_id: 'a', deadline_ts: soon(), checkpoint_dir: await tempDir(), episode_ids})).phase).toBe('committed')
+    expect(deleted).toEqual([])
+  })
+
+  it('a resume wakes a waiting prepare itself, even when the participant reports no change', async () => {
+    // Only the timers are fake: a prepare not woken waits for a 1 s timer that never fires here.
+    vi.useFakeTimers({toFake: ['setTimeout', 'clearTimeout']})
+    const p = new SimDownstream('agent', 'm')
+    p.onChange = () => {}
+    const cp = new ControlPlane(p)
+    p.attach(cp)
+    planes.push(cp)
+    p.stuckBlockers = ['b']
+    let reply: unknown
+    const a = cp.prepare({checkpoint_id: 'a', deadline_ts: soon(60)}).then((r) => (reply = r))
+    for (let i = 0; i < 10; i++) await new Promise((r) => setImmediate(r))
+    expect(reply).toBeUndefined()
+    await cp.resume({checkpoint_id: 'a', deadline_ts: soon()})
+    for (let i = 0; i < 10 && reply === undefined; i++) await new Promise((r) => setImmediate(r))
+    expect(reply).toEqual({phase: 'idle', report: expect.objectContaining({ready: false})})
+    await a
+  })
+})
