@@ -314,3 +314,32 @@ describe('three listed as equivalent before, told apart here', () => {
     await a
   })
 })
+
+describe('a lease expiry whose reopen outlives its retry period', () => {
+  it('gives up after leaseRetryMs (not days), logs it, and resumes on a later try', async () => {
+    const logs: string[] = []
+    const {p, cp} = make({leaseGraceSeconds: 0, leaseRetryMs: 200, log: (m) => logs.push(m)})
+    let release!: () => void
+    let called!: () => void
+    const started = new Promise<void>((r) => (called = r))
+    p.deleteRestored = () => {
+      called()
+      return new Promise<void>((r) => (release = r))
+    }
+    p.sessions.set('x-a1', {ep: {rolloutId: 'x', attempt: 1}, chain: 'c', calls: 1, restart: false, restored: true})
+    await cp.prepare({checkpoint_id: 'c', deadline_ts: soon(0.2)})
+    const commit = cp.commit({checkpoint_id: 'c', deadline_ts: soon(0.3), checkpoint_dir: await tempDir(), episode_ids: []}).catch((e: unknown) => e)
+    await started
+    // The deletion hangs past the lease (grace 0): the reopen waits for it only 200 ms.
+    for (let i = 0; i < 250 && logs.length < 2; i++) await new Promise((r) => setTimeout(r, 20))
+    expect(logs.slice(0, 2)).toEqual([
+      "lease expired in phase prepared; resuming checkpoint 'c'",
+      "lease reopen of 'c' failed (restored state is still being deleted; resume again); retrying in 200 ms",
+    ])
+    expect(cp.phase).toBe('prepared')
+    release()
+    await commit
+    for (let i = 0; i < 250 && cp.phase !== 'idle'; i++) await new Promise((r) => setTimeout(r, 20))
+    expect([cp.phase, cp.checkpointId]).toEqual(['idle', null])
+  })
+})
