@@ -120,18 +120,22 @@ describe('the lease timer, on the real clock', () => {
     }
     p.sessions.set('x-a1', {ep: {rolloutId: 'x', attempt: 1}, chain: 'c', calls: 1, restart: false, restored: true})
     const checks = vi.spyOn(cp as unknown as {leaseCheck: () => Promise<void>}, 'leaseCheck')
-    await cp.prepare({checkpoint_id: 'c', deadline_ts: soon(0.2)})
-    const commit = cp.commit({checkpoint_id: 'c', deadline_ts: soon(0.3), checkpoint_dir: await tempDir(), episode_ids: []}).catch((e: unknown) => e)
+    const dir = await tempDir()
+    await cp.prepare({checkpoint_id: 'c', deadline_ts: soon(0.5)})
+    const commit = cp.commit({checkpoint_id: 'c', deadline_ts: soon(0.6), checkpoint_dir: dir, episode_ids: []}).catch((e: unknown) => e)
     await started
     // The resume holds the lock while the deletion hangs; the lease (grace 0) expires meanwhile, and
     // its check queues on the lock behind the resume.
     const resume = cp.resume({checkpoint_id: 'c', deadline_ts: soon(30)})
-    for (let i = 0; i < 250 && checks.mock.calls.length === 0; i++) await new Promise((r) => setTimeout(r, 20))
-    expect(checks.mock.calls.length).toBe(1)
+    // Expired and waiting for the lock: checked at or after the expiry (a timer that fires a
+    // millisecond early is timed again first), and no timer armed.
+    const waiting = () => checks.mock.calls.length > 0 && cp['leaseTimer'] === null && Date.now() >= cp.leaseExpiresAt! * 1000
+    for (let i = 0; i < 250 && !waiting(); i++) await new Promise((r) => setTimeout(r, 20))
+    expect(waiting()).toBe(true)
     release()
     expect(await resume).toEqual({phase: 'idle', idempotent: false})
     await commit
-    await checks.mock.results[0]!.value
+    await checks.mock.results.at(-1)!.value
     // The checkpoint it was armed for is gone: no second reopen, nothing logged.
     expect(logs).toEqual([])
     expect([cp.phase, cp.checkpointId]).toEqual(['idle', null])
@@ -327,8 +331,9 @@ describe('a lease expiry whose reopen outlives its retry period', () => {
       return new Promise<void>((r) => (release = r))
     }
     p.sessions.set('x-a1', {ep: {rolloutId: 'x', attempt: 1}, chain: 'c', calls: 1, restart: false, restored: true})
-    await cp.prepare({checkpoint_id: 'c', deadline_ts: soon(0.2)})
-    const commit = cp.commit({checkpoint_id: 'c', deadline_ts: soon(0.3), checkpoint_dir: await tempDir(), episode_ids: []}).catch((e: unknown) => e)
+    const dir = await tempDir()
+    await cp.prepare({checkpoint_id: 'c', deadline_ts: soon(0.5)})
+    const commit = cp.commit({checkpoint_id: 'c', deadline_ts: soon(0.6), checkpoint_dir: dir, episode_ids: []}).catch((e: unknown) => e)
     await started
     // The deletion hangs past the lease (grace 0): the reopen waits for it only 200 ms.
     for (let i = 0; i < 250 && logs.length < 2; i++) await new Promise((r) => setTimeout(r, 20))
