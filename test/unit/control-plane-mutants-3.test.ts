@@ -348,3 +348,35 @@ describe('a lease expiry whose reopen outlives its retry period', () => {
     expect([cp.phase, cp.checkpointId]).toEqual(['idle', null])
   })
 })
+
+describe('an ID whose fence was dropped (more IDs resumed since than resumedIdsKept)', () => {
+  it('is admitted again and commits afresh: the job of its first life is gone', async () => {
+    const {cp} = make({resumedIdsKept: 1})
+    await cp.prepare({checkpoint_id: 'a', deadline_ts: soon()})
+    expect((await cp.commit({checkpoint_id: 'a', deadline_ts: soon(), checkpoint_dir: await tempDir()})).phase).toBe('committed')
+    await cp.resume({checkpoint_id: 'a', deadline_ts: soon()})
+    // Fencing 'b' drops the fence of 'a'.
+    await cp.resume({checkpoint_id: 'b', deadline_ts: soon()})
+    expect((await cp.prepare({checkpoint_id: 'a', deadline_ts: soon()})).phase).toBe('prepared')
+    const dir = await tempDir()
+    expect((await cp.commit({checkpoint_id: 'a', deadline_ts: soon(), checkpoint_dir: dir})).phase).toBe('committed')
+    expect(await readdir(path.join(dir, 'gym', 'agent', 'm'))).toContain('manifest.json')
+  })
+
+  it('is admitted again and commits: the export failure of its first life is gone', async () => {
+    const {p, cp} = make({resumedIdsKept: 1})
+    const exportRecords = p.exportRecords.bind(p)
+    let calls = 0
+    p.exportRecords = (scope) => {
+      if (calls++ === 0) throw new Error('disk gone')
+      return exportRecords(scope)
+    }
+    await cp.prepare({checkpoint_id: 'a', deadline_ts: soon()})
+    const dir = await tempDir()
+    await expect(cp.commit({checkpoint_id: 'a', deadline_ts: soon(), checkpoint_dir: dir})).rejects.toThrow('export failed: disk gone')
+    await cp.resume({checkpoint_id: 'a', deadline_ts: soon()})
+    await cp.resume({checkpoint_id: 'b', deadline_ts: soon()})
+    await cp.prepare({checkpoint_id: 'a', deadline_ts: soon()})
+    expect((await cp.commit({checkpoint_id: 'a', deadline_ts: soon(), checkpoint_dir: dir})).phase).toBe('committed')
+  })
+})
