@@ -5,10 +5,15 @@
 // memory shows that directly; what the tests see is the error named for a line with two faults,
 // a byte that is not JSON and, later, bytes that are not UTF-8: the scanner names the first one
 // where it finds it ("not JSON"), a held line is decoded whole and checked for UTF-8 first.
+// Also a write of the records file that makes no progress (which a regular file on Linux does not
+// do: the system call is made to, through the file handle's prototype).
+import {open, readdir} from 'node:fs/promises'
+import path from 'node:path'
+
 import {describe, expect, it} from 'vitest'
 
 import {CheckpointStateError} from '../../src/storage/errors.js'
-import {participantDir, readParticipantState} from '../../src/storage/participant-store.js'
+import {participantDir, readParticipantState, writeParticipantState} from '../../src/storage/participant-store.js'
 import {tempDir} from '../helpers/tmp.js'
 import {rejection} from '../helpers/errors.js'
 import {handWritten} from '../helpers/store.js'
@@ -82,4 +87,35 @@ describe('reading: a scanned line whose start is cut by the read chunk and which
       expect((await stateError(readParticipantState(dir))).message).toMatch(/line 2 holds a record that is not UTF-8$/)
     })
   }
+})
+
+describe('writing: a write of the records file that makes no progress', () => {
+  it('is an error naming the temp file and the byte it stopped at, and leaves no file behind', async () => {
+    const root = await tempDir()
+    const probe = await open(path.join(root, 'probe'), 'w')
+    const proto = Object.getPrototypeOf(probe) as {write: (this: unknown, b: unknown, off: number, len: number, at: number) => Promise<{bytesWritten: number}>}
+    await probe.close()
+    const write = proto.write
+    let calls = 0
+    // The first write takes 5 bytes, every later one none; a writer that asks again and again
+    // (instead of failing) is stopped after 100 asks.
+    proto.write = async function (this: unknown, b: unknown, off: number, len: number, at: number) {
+      calls++
+      if (calls === 1) return write.call(this, b, off, Math.min(len, 5), at)
+      if (calls > 100) throw new Error('asked 100 times')
+      return {bytesWritten: 0, buffer: b}
+    }
+    let err: Error
+    try {
+      err = await stateError(writeParticipantState({checkpointDir: root, kind: 'environment', instance: 'env', checkpointId: 'c1'}, [line('a'), line('b')]))
+    } finally {
+      proto.write = write
+    }
+    const dir = participantDir(root, 'environment', 'env')
+    const tmp = `${dir}${path.sep}.records.jsonl.`
+    expect(err.message.slice(0, `cannot write checkpoint state under ${root}: writing ${tmp}`.length)).toBe(`cannot write checkpoint state under ${root}: writing ${tmp}`)
+    expect(err.message).toMatch(/\.records\.jsonl\.[0-9a-f]{8} made no progress at byte 5$/)
+    expect(calls).toBe(2)
+    expect(await readdir(dir)).toEqual([])
+  })
 })
