@@ -7,7 +7,7 @@
 // where it finds it ("not JSON"), a held line is decoded whole and checked for UTF-8 first.
 // Also a write of the records file that makes no progress (which a regular file on Linux does not
 // do: the system call is made to, through the file handle's prototype).
-import {open, readdir} from 'node:fs/promises'
+import {open, readdir, readFile} from 'node:fs/promises'
 import path from 'node:path'
 
 import {describe, expect, it} from 'vitest'
@@ -117,5 +117,35 @@ describe('writing: a write of the records file that makes no progress', () => {
     expect(err.message).toMatch(/\.records\.jsonl\.[0-9a-f]{8} made no progress at byte 5$/)
     expect(calls).toBe(2)
     expect(await readdir(dir)).toEqual([])
+  })
+})
+
+describe('writing: a batch is not refilled while its write is in flight', () => {
+  it('a slow first write (the system call made late, through the prototype) leaves the file as hashed', async () => {
+    const root = await tempDir()
+    const probe = await open(path.join(root, 'probe'), 'w')
+    const proto = Object.getPrototypeOf(probe) as {write: (this: unknown, b: unknown, off: number, len: number, at: number) => Promise<{bytesWritten: number}>}
+    await probe.close()
+    const write = proto.write
+    let calls = 0
+    // The first write reaches the disk 50 ms late: a writer that refills that batch meanwhile
+    // (two batches of 1 MiB, ~3 MiB of lines) writes the refilled bytes under the old digest.
+    proto.write = async function (this: unknown, b: unknown, off: number, len: number, at: number) {
+      calls++
+      if (calls === 1) await new Promise((r) => setTimeout(r, 50))
+      return write.call(this, b, off, len, at)
+    }
+    const lines = Array.from({length: 30}, (_, i) => line(`r${i}`, 0, `, "p": "${String.fromCharCode(97 + (i % 26)).repeat(100_000)}"`))
+    try {
+      await writeParticipantState({checkpointDir: root, kind: 'environment', instance: 'env', checkpointId: 'c1'}, lines)
+    } finally {
+      proto.write = write
+    }
+    expect(calls).toBeGreaterThanOrEqual(3)
+    const dir = participantDir(root, 'environment', 'env')
+    const got = await readParticipantState(dir)
+    expect(got.keys).toHaveLength(30)
+    const [file] = (await readdir(dir)).filter((f) => f.startsWith('records'))
+    expect(await readFile(path.join(dir, file!), 'utf8')).toBe(lines.join('\n') + '\n')
   })
 })
