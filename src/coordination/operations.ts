@@ -238,12 +238,29 @@ export function retirePreview(participants: (Participant & {status?: {phase: str
   }
 }
 
+/**
+ * The deadline of each batch: the first gets `deadlineTs`, every later one the same time from when
+ * it is sent (reference 9.6: each retire/forget batch gets now + timeout_s), so a long list does
+ * not run its last batches against a deadline the first ones spent.
+ */
+function batchDeadlines(deadlineTs: number): () => number {
+  const budget = deadlineTs - Date.now() / 1000
+  let first = true
+  return () => {
+    if (!first) return Date.now() / 1000 + budget
+    first = false
+    return deadlineTs
+  }
+}
+
 /** Retires callers before callees, in batches; an empty list makes no call. */
 export async function retire(c: Coordinator, checkpointId: string, episodes: EpisodeId[], deadlineTs: number): Promise<number> {
+  const next = batchDeadlines(deadlineTs)
   let n = 0
   for (let i = 0; i < episodes.length; i += RETIRE_BATCH) {
     const batch = episodes.slice(i, i + RETIRE_BATCH)
-    await staged(c, 'retire', encodeBody({checkpoint_id: checkpointId, deadline_ts: deadlineTs, episode_ids: batch.map(toWire)}), deadlineTs)
+    const d = next()
+    await staged(c, 'retire', encodeBody({checkpoint_id: checkpointId, deadline_ts: d, episode_ids: batch.map(toWire)}), d)
     n += batch.length
   }
   return n
@@ -251,8 +268,10 @@ export async function retire(c: Coordinator, checkpointId: string, episodes: Epi
 
 export async function forget(c: Coordinator, checkpointId: string, rolloutIds: string[], deadlineTs: number): Promise<number> {
   const ids = [...new Set(rolloutIds)].sort()
+  const next = batchDeadlines(deadlineTs)
   for (let i = 0; i < ids.length; i += RETIRE_BATCH) {
-    await staged(c, 'forget', encodeBody({checkpoint_id: checkpointId, deadline_ts: deadlineTs, rollout_ids: ids.slice(i, i + RETIRE_BATCH)}), deadlineTs)
+    const d = next()
+    await staged(c, 'forget', encodeBody({checkpoint_id: checkpointId, deadline_ts: d, rollout_ids: ids.slice(i, i + RETIRE_BATCH)}), d)
   }
   return ids.length
 }

@@ -245,6 +245,25 @@ describe('retire and forget', () => {
     expect(arrivals(fleet, 'forget')).toEqual(['a-env'])
   })
 
+  it('each retire or forget batch gets the whole timeout from when it is sent, not what the batches before it left', async () => {
+    const {fleet, c} = await wide()
+    const eps = Array.from({length: RETIRE_BATCH + 1}, (_, i) => episode(`r${i}`))
+    const ids = eps.map((e) => e.rolloutId)
+    for (const op of ['retire', 'forget'] as const) {
+      // The first batch takes 400 ms at the environment stage.
+      fleet.server('a-env').faults.add(op, {type: 'delay', ms: 400})
+      const given = soon(5)
+      if (op === 'retire') await retire(c, 'ret', eps, given)
+      else await forget(c, 'fgt', ids, given)
+      for (const s of fleet.servers) {
+        const [b1, b2] = bodies(fleet, op, s.name).map((b) => b.deadline_ts as number)
+        expect(b1, s.name).toBe(given)
+        expect(b2! - b1!, `${op} ${s.name}`).toBeGreaterThanOrEqual(0.35)
+        expect(b2! - b1!, `${op} ${s.name}`).toBeLessThan(5)
+      }
+    }
+  })
+
   it('retireEach sends each participant its own list, in retire order, and skips empty lists', async () => {
     const {fleet, c} = await wide()
     const lists = new Map([
