@@ -360,6 +360,10 @@ export const ERROR_DETAILS = [
   details({busy: z.array(Busy)}, 'restore, or conformance --destructive, refused: participants that are not freshly started'),
   details({checkpoint_dir: z.string(), problems: z.array(Problem)}, 'a checkpoint fails verification: restore refused it, or commit did not publish it'),
   details({restore_id: z.string()}, 'the restore succeeded everywhere, but resuming it failed: resume with this ID'),
+  details(
+    {restore_id: z.string(), retire: z.array(Episode)},
+    'the restore succeeded everywhere, but retiring the crashed attempts after it failed or was interrupted: the fleet is still closed; retire these with the restore ID, then resume it',
+  ),
   details({checkpoint_id: z.string(), unreachable: z.array(Unreachable), lost: z.array(z.string())}, 'commit: the prepared checkpoint can never be committed (a member down, or restarted empty)'),
   details(
     {checkpoint_id: z.string(), blockers: z.array(z.strictObject({server: z.string(), blockers: z.array(z.string()), blocker_count: count()})), not_reached: z.array(z.string())},

@@ -1,11 +1,11 @@
-import {EpisodeId, captureKey, fromWire, nextAttempt} from '../protocol/episode.js'
+import {EpisodeId, captureKey, fromWire, nextAttempt, toWire} from '../protocol/episode.js'
 import {StatusReply} from '../protocol/wire.js'
 import {CheckpointStateError} from '../storage/errors.js'
 import {RestoreOutcome, appendRestoreLog} from '../storage/restore-log.js'
 import {readCheckpointSummary, resolveCheckpoint} from '../storage/root.js'
 import {VerifyReport, verifyCheckpoint} from '../storage/verify.js'
 import {CallTimer, Log, ParticipantTiming} from './controller.js'
-import {ControllerError, CoordinationError, ParticipantFailure, failureMessage} from './errors.js'
+import {ControllerError, CoordinationError, ParticipantFailure, failureMessage, nextStep} from './errors.js'
 import {Coordinator, restore, resume, retire, statusAll} from './operations.js'
 import {newRestoreId} from './runs.js'
 
@@ -55,7 +55,7 @@ export interface RestorePlan {
   continued: EpisodeId[]
   /** Dispatch these next: each continued episode at attempt + 1, from its boundary. */
   replacements: EpisodeId[]
-  /** Crashed attempts to retire before the restore; they start over from input at attempt + 1. */
+  /** Crashed attempts retired after the restore, before the resume; they start over from input at attempt + 1. */
   restarted: EpisodeId[]
   participants: RestorePlanParticipant[]
   /** Participants that are not fresh, each with its reasons. */
@@ -78,7 +78,7 @@ export interface RestoreOptions {
   keepClosed?: boolean
   /** Rollouts left out of the restore scope (a collector's finished rows, or rows it starts over). */
   skipRollouts?: ReadonlySet<string>
-  /** More attempts to retire on the fresh fleet before the restore (a collector's later dispatches). */
+  /** More attempts to retire with the restarts, after the restore and before the resume (a collector's later dispatches). */
   retireFirst?: EpisodeId[]
   log?: Log
 }
@@ -213,23 +213,41 @@ export async function restoreCheckpoint(c: Coordinator, opts: RestoreOptions): P
     assertRestorable(plan)
     outcome = 'failed'
     const deadlineTs = Date.now() / 1000 + timeoutS
-    const retireFirst = [...plan.restarted, ...(opts.retireFirst ?? [])]
-    if (retireFirst.length) {
-      await retire(c, restoreId, retireFirst, deadlineTs).catch((err: unknown) => {
-        if (c.signal?.aborted) throw new ControllerError('interrupted', `interrupted while retiring the restarts before restore '${restoreId}'; nothing was restored`)
-        if (err instanceof CoordinationError) throw new CoordinationError('retire', err.failures, `retiring the crashed attempts of restarts before the restore failed; nothing was restored`)
-        throw err
-      })
-    }
     const out = await restore(c, restoreId, plan.checkpointDir, plan.continued, deadlineTs, opts.log)
     outcome = 'restored'
+    // The crashed attempts of restarts (and of rows the caller starts over) are retired after the
+    // restore, while admission is still closed (retire is valid in phase restored, reference
+    // 3.3), not before it: the restore goes to processes as freshly started as they came, with no
+    // marks, and nothing of those attempts can run before the resume either way. Its own deadline.
+    const retireFirst = [...plan.restarted, ...(opts.retireFirst ?? [])]
+    if (retireFirst.length) {
+      await retire(c, restoreId, retireFirst, Date.now() / 1000 + timeoutS).catch((err: unknown) => {
+        if (c.signal?.aborted) {
+          throw new ControllerError('interrupted', `interrupted while retiring the crashed attempts after restore '${restoreId}', which succeeded everywhere; the fleet is still closed`, {
+            restore_id: restoreId,
+            retire: retireFirst.map(toWire),
+          })
+        }
+        const detail = err instanceof CoordinationError ? err.failures.map((f) => `${f.server}: ${failureMessage(f)}`).join('; ') : (err as Error).message
+        throw new ControllerError(
+          'participant',
+          `restore '${restoreId}' of '${plan.checkpointId}' succeeded everywhere, but retiring the ${retireFirst.length} crashed attempt(s) that start over failed: ${detail}. ` +
+            `The fleet is still closed: retire them again with checkpoint ID '${restoreId}', then resume with the restore ID.`,
+          {restore_id: restoreId, retire: retireFirst.map(toWire)},
+        ).withNext(
+          // Short lists as a line to paste; a long one is in the error's details (--json).
+          ...(retireFirst.length <= 20 ? [nextStep('retire', ['--id', restoreId, ...retireFirst.flatMap((e) => ['--episode', captureKey(e)])])] : []),
+          nextStep('resume', ['--id', restoreId]),
+        )
+      })
+    }
     let resumed = false
     if (!opts.keepClosed) {
       await resume(c, restoreId, deadlineTs).catch((err: unknown) => {
         const detail = err instanceof CoordinationError ? err.failures.map((f) => `${f.server}: ${failureMessage(f)}`).join('; ') : (err as Error).message
         throw new ControllerError('participant', `restore '${restoreId}' of '${plan.checkpointId}' succeeded everywhere, but resuming it failed: ${detail}. Resume it again with its restore ID.`, {
           restore_id: restoreId,
-        })
+        }).withNext(nextStep('resume', ['--id', restoreId]))
       })
       resumed = true
     }

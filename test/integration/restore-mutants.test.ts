@@ -5,9 +5,9 @@ import path from 'node:path'
 import {describe, expect, it} from 'vitest'
 
 import {ControllerError, CoordinationError} from '../../src/coordination/errors.js'
-import {commit, prepare, resume} from '../../src/coordination/operations.js'
+import {commit, prepare, resume, retire} from '../../src/coordination/operations.js'
 import {RestorePlan, assertRestorable, planRestore, restoreBlockers, restoreCheckpoint} from '../../src/coordination/restore.js'
-import {episode} from '../../src/protocol/episode.js'
+import {EpisodeIdWire, episode, fromWire} from '../../src/protocol/episode.js'
 import {StatusReply} from '../../src/protocol/wire.js'
 import {readRestoreLog} from '../../src/storage/restore-log.js'
 import {FORMAT_VERSION, publishLatest, writeControllerManifest} from '../../src/storage/root.js'
@@ -178,7 +178,7 @@ describe('planRestore and restoreCheckpoint', () => {
     await expect(planRestore(tc, {location: path.join(root, 'nope')})).rejects.toMatchObject({code: 'invalid_checkpoint'})
   })
 
-  it('retires the crashed attempts of restarts first, restores, resumes, and reports what each installed', async () => {
+  it('restores, retires the crashed attempts of restarts under the restore ID, resumes, and reports what each installed', async () => {
     const {root, target, tc} = await checkpointed()
     const r = await restoreCheckpoint(tc, {location: root, retireFirst: [episode('later', 2)]})
     expect(r.resumed).toBe(true)
@@ -188,7 +188,7 @@ describe('planRestore and restoreCheckpoint', () => {
       expect(s.controlPlane!.retired.get('later'), s.name).toBe(2)
       expect(s.controlPlane!.phase, s.name).toBe('idle')
       const routes = s.journal.map((j) => j.route).filter((x) => x !== 'status')
-      expect(routes, s.name).toEqual(['retire', 'restore', 'resume'])
+      expect(routes, s.name).toEqual(['restore', 'retire', 'resume'])
       expect(JSON.parse(s.journal.find((j) => j.route === 'retire')!.body).checkpoint_id).toBe(r.restoreId)
     }
   })
@@ -201,18 +201,36 @@ describe('planRestore and restoreCheckpoint', () => {
     await resume(tc, r.restoreId, soon())
   })
 
-  it('a retire of the restarts that fails stops before anything is restored', async () => {
+  it('a retire of the restarts that fails after the restore leaves the fleet closed and names the restore ID to finish with', async () => {
     const {root, target, tc} = await checkpointed()
     target.server('agent').faults.add('retire', {type: 'status', status: 500})
-    const err = (await restoreCheckpoint(tc, {location: root}).catch((e: unknown) => e)) as CoordinationError
-    expect(err).toBeInstanceOf(CoordinationError)
-    expect(err.operation).toBe('retire')
-    expect(err.message).toMatch(/retiring the crashed attempts of restarts before the restore failed; nothing was restored$/)
-    for (const s of target.servers)
+    const err = (await restoreCheckpoint(tc, {location: root}).catch((e: unknown) => e)) as ControllerError
+    expect(err).toBeInstanceOf(ControllerError)
+    expect(err.code).toBe('participant')
+    expect(err.message).toMatch(
+      /^restore 'restore-[0-9a-f]+' of 'ck-1' succeeded everywhere, but retiring the 1 crashed attempt\(s\) that start over failed: agent: HTTP 500 .*The fleet is still closed: retire them again with checkpoint ID 'restore-[0-9a-f]+', then resume with the restore ID\.$/,
+    )
+    const id = (err.details as {restore_id: string}).restore_id
+    expect(err.next).toEqual([
+      {command: 'retire', args: ['--id', id, '--episode', expect.any(String)], fleet: true},
+      {command: 'resume', args: ['--id', id], fleet: true},
+    ])
+    expect(err.details).toEqual({restore_id: expect.stringMatching(/^restore-/), retire: [expect.objectContaining({attempt: expect.any(Number)})]})
+    for (const s of target.servers.filter((x) => x.controlPlane)) {
       expect(
         s.journal.some((j) => j.route === 'restore'),
         s.name,
+      ).toBe(true)
+      expect(
+        s.journal.some((j) => j.route === 'resume'),
+        s.name,
       ).toBe(false)
+      expect(s.controlPlane!.phase, s.name).toBe('restored')
+    }
+    // What the message says to do works.
+    await retire(tc, id, (err.details as {retire: EpisodeIdWire[]}).retire.map(fromWire), soon())
+    await resume(tc, id, soon())
+    for (const s of target.servers.filter((x) => x.controlPlane)) expect(s.controlPlane!.phase, s.name).toBe('idle')
   })
 
   it('a resume that fails after a restore that succeeded names the restore ID to resume with', async () => {
@@ -223,6 +241,7 @@ describe('planRestore and restoreCheckpoint', () => {
     expect(err.code).toBe('participant')
     expect(err.message).toMatch(/^restore 'restore-[0-9a-f]+' of 'ck-1' succeeded everywhere, but resuming it failed: res: HTTP 500 .*Resume it again with its restore ID\.$/)
     expect(err.details).toEqual({restore_id: expect.stringMatching(/^restore-/)})
+    expect(err.next).toEqual([{command: 'resume', args: ['--id', (err.details as {restore_id: string}).restore_id], fleet: true}])
   })
 
   it('a fleet that became busy after the verification is refused before anything is sent', async () => {
@@ -286,7 +305,7 @@ describe('restoreCheckpoint: timings and the restore log', () => {
     await busy
   })
 
-  it('an interrupt during the retire of restarts is interrupted, and nothing is restored', async () => {
+  it('an interrupt during the retire of restarts after the restore is interrupted, and the fleet is left closed', async () => {
     const {root, target, tc} = await checkpointed()
     const abort = new AbortController()
     target.server('agent').faults.add('retire', {type: 'hang'})
@@ -297,11 +316,16 @@ describe('restoreCheckpoint: timings and the restore log', () => {
     const p = restoreCheckpoint({...tc, signal: abort.signal, onCall}, {location: root})
     const err = (await p.catch((e: unknown) => e)) as ControllerError
     expect(err.code).toBe('interrupted')
-    expect(err.message).toMatch(/^interrupted while retiring the restarts before restore 'restore-[0-9a-f]+'; nothing was restored$/)
-    for (const s of target.servers)
+    expect(err.message).toMatch(/^interrupted while retiring the crashed attempts after restore 'restore-[0-9a-f]+', which succeeded everywhere; the fleet is still closed$/)
+    for (const s of target.servers.filter((x) => x.controlPlane)) {
       expect(
         s.journal.some((j) => j.route === 'restore'),
         s.name,
+      ).toBe(true)
+      expect(
+        s.journal.some((j) => j.route === 'resume'),
+        s.name,
       ).toBe(false)
+    }
   })
 })

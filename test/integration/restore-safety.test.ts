@@ -140,15 +140,16 @@ describe('restore plan and order', () => {
     expect(Object.fromEntries(Object.entries(r.restoredByServer).map(([s, k]) => [s, k.length]))).toEqual({env: 2, policy: 2, agent: 2, res: 2})
   })
 
-  it('retires the crashed attempts of restarts on the fresh fleet before the restore is sent', async () => {
+  it('retires the crashed attempts of restarts after the restore, before the fleet is resumed: the restore reaches servers with no marks', async () => {
     const root = await checkpointed(['a'], 'q')
     const fresh = await startFleet({members: FULL})
     const c = await coordinatorFor(fresh)
     await restoreCheckpoint(c, {location: root, timeoutS: 10})
     for (const s of fresh.servers.filter((x) => x.name !== 'judge')) {
-      const routes = s.journal.map((j) => j.route).filter((r) => r !== 'status')
-      expect(routes.indexOf('retire')).toBeGreaterThanOrEqual(0)
-      expect(routes.indexOf('retire')).toBeLessThan(routes.indexOf('restore'))
+      expect(
+        s.journal.map((j) => j.route).filter((r) => r !== 'status'),
+        s.name,
+      ).toEqual(['restore', 'retire', 'resume'])
     }
     // A harness of q's crashed attempt is refused; its rerun at attempt 1 is admitted.
     expect((await fresh.run({rolloutId: 'q', attempt: 0})).status).toBe(409)
