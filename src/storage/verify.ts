@@ -96,7 +96,7 @@ export async function verifyDir(job: DirJob): Promise<DirResult> {
  * record per session and a resources server one per session (keyed by session_key, session_id):
  * an episode with two sessions has two records there, and Gym's restore installs both.
  */
-const ONE_RECORD_PER_EPISODE: ReadonlySet<string> = new Set(['environment', 'model'])
+export const ONE_RECORD_PER_EPISODE: ReadonlySet<string> = new Set(['environment', 'model'])
 
 const WORKER_URL = new URL('./verify-worker.js', import.meta.url)
 const WORKER_MIN_BYTES = 64 << 20

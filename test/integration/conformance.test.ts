@@ -55,8 +55,8 @@ const activeId = (inner: ParticipantServer) => inner.controlPlane!.checkpointId
 /** Cleanups of one table row: rows run concurrently, so each closes only what it started. */
 type Own = (fn: () => Promise<unknown>) => void
 
-async function faulty(own: Own, fault: Fault, opts: {resumedIdsKept?: number} = {}): Promise<{url: string; inner: ParticipantServer}> {
-  const inner = new ParticipantServer({name: 'p', token: TOKEN, participant: new SimDownstream('model', 'p'), controlPlane: {resumedIdsKept: opts.resumedIdsKept}})
+async function faulty(own: Own, fault: Fault, opts: {resumedIdsKept?: number; kind?: 'model' | 'agent' | 'resources'} = {}): Promise<{url: string; inner: ParticipantServer}> {
+  const inner = new ParticipantServer({name: 'p', token: TOKEN, participant: new SimDownstream(opts.kind ?? 'model', 'p'), controlPlane: {resumedIdsKept: opts.resumedIdsKept}})
   await inner.listen()
   own(() => inner.close())
   const server = http.createServer((req, res) => {
@@ -414,17 +414,12 @@ const TABLE: Record<string, Row> = {
   },
   'commit.conflict': {
     mode: 'destructive',
-    fault: 'a completed commit is replayed whatever its arguments (Gym version A)',
-    make: (own) => {
-      const first = new Map<string, Answer>()
-      return faulty(own, {
-        before: (r) => (r.op === 'commit' && first.has(r.json?.checkpoint_id) ? first.get(r.json.checkpoint_id) : undefined),
-        after: (r, a) => {
-          if (r.op === 'commit' && a.status === 200 && !first.has(r.json.checkpoint_id)) first.set(r.json.checkpoint_id, a)
-          return a
-        },
-      })
-    },
+    fault: 'a completed commit retried with another scope is refused with 409 invalid_phase, not checkpoint_conflict',
+    make: (own) =>
+      faulty(own, {
+        before: (r, inner) =>
+          r.op === 'commit' && phase(inner) === 'committed' && activeId(inner) === r.json?.checkpoint_id && r.json.episode_ids?.length === 1 ? err(409, 'invalid_phase') : undefined,
+      }),
   },
   'commit.export-once': {
     mode: 'destructive',
@@ -549,6 +544,55 @@ describe('gymckpt conformance against the built-in double', () => {
     expect(() => selectChecks(['nope'])).toThrow(/--only nope: no such check/)
     expect(new Set(CHECKS.map((c) => c.id)).size).toBe(CHECKS.length)
   })
+})
+
+describe('conformance accepts what Gym itself does', () => {
+  it('a completed commit replayed whatever its arguments (Gym version A) is skipped with the version named, not failed', async () => {
+    const cleanups: (() => Promise<unknown>)[] = []
+    try {
+      const first = new Map<string, Answer>()
+      const {url} = await faulty((fn) => void cleanups.push(fn), {
+        before: (r) => (r.op === 'commit' && first.has(r.json?.checkpoint_id) ? first.get(r.json.checkpoint_id) : undefined),
+        after: (r, a) => {
+          if (r.op === 'commit' && a.status === 200 && !first.has(r.json.checkpoint_id)) first.set(r.json.checkpoint_id, a)
+          return a
+        },
+      })
+      const report = await check([{name: 'p', url}], {destructive: true, own: (fn) => void cleanups.push(fn)})
+      expect(failing(report)).toEqual([])
+      const r = report.results.find((x) => x.id === 'commit.conflict')!
+      expect(r.result).toBe('skip')
+      expect(r.message).toMatch(/^the first reply replayed: Gym version A replays a completed commit whatever its arguments/)
+    } finally {
+      for (const fn of cleanups.reverse()) await fn().catch(() => {})
+    }
+  })
+
+  for (const kind of ['agent', 'resources', 'model'] as const) {
+    it(`${kind}: two records of one episode (two sessions) ${kind === 'model' ? 'fail' : 'pass'} store.records`, async () => {
+      const cleanups: (() => Promise<unknown>)[] = []
+      try {
+        // The first commit's files are replaced by a records file holding two sessions of episode s
+        // (named for its digest, manifest rewritten to match), and so is its reply.
+        const fault = onFirstCommit(async (_r, a, _i, pdir) => {
+          for (const f of await readdir(pdir)) await unlink(path.join(pdir, f))
+          const text = ['{"episode_id": {"rollout_id": "s", "attempt": 0}, "session": 1}', '{"episode_id": {"rollout_id": "s", "attempt": 0}, "session": 2}'].map((l) => l + '\n').join('')
+          const digest = sha(text)
+          const manifest = {...a.json.manifest, records_file: `records-${digest}.jsonl`, records_sha256: digest, record_count: 2}
+          await writeFile(path.join(pdir, manifest.records_file), text)
+          await writeFile(path.join(pdir, 'manifest.json'), encodeManifest(manifest))
+          return {status: 200, json: {...a.json, manifest, episode_ids: ['s']}}
+        })
+        const {url} = await faulty((fn) => void cleanups.push(fn), fault, {kind})
+        const report = await check([{name: 'p', url}], {destructive: true, only: ['store.records'], own: (fn) => void cleanups.push(fn)})
+        const r = report.results.find((x) => x.id === 'store.records')!
+        if (kind === 'model') expect(r.message).toMatch(/holds 1 duplicate record\(s\) of one episode$/)
+        expect(r.result, r.message).toBe(kind === 'model' ? 'fail' : 'pass')
+      } finally {
+        for (const fn of cleanups.reverse()) await fn().catch(() => {})
+      }
+    })
+  }
 })
 
 describe('each check fails on a participant that breaks its rule', () => {
