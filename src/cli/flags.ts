@@ -82,6 +82,13 @@ export function episodeArgs(f: {episode?: string[]; 'episodes-file'?: string}): 
   return [...(f.episode ?? []).flatMap((e) => ['--episode', e]), ...(f['episodes-file'] !== undefined ? ['--episodes-file', f['episodes-file']] : [])]
 }
 
+/** Lets an operator's scope leave out restored episodes no replacement has claimed (commit, checkpoint). */
+export const dropRestoredFlag = Flags.boolean({
+  summary: 'Let the scope leave out restored episodes whose replacement has not started: every participant deletes their restored state.',
+  description:
+    'Without it, a scope that leaves out an episode a participant reports as restored and not yet claimed (restored_pending, restored_generation_cuts) is refused before anything is sent (exit 2): name each by its replacement attempt (the checkpointed attempt + 1) to carry it into this checkpoint.',
+})
+
 /** How to give the commit scope on the command line (the error when a fleet with a policy model gets none). */
 export const SCOPE_HINT = 'pass them with --episode or --episodes-file (an empty file, e.g. /dev/null, when none continue)'
 

@@ -364,6 +364,10 @@ export const ERROR_DETAILS = [
     {restore_id: z.string(), retire: z.array(Episode)},
     'the restore succeeded everywhere, but retiring the crashed attempts after it failed or was interrupted: the fleet is still closed; retire these with the restore ID, then resume it',
   ),
+  details(
+    {restored: z.array(z.string())},
+    'commit or checkpoint refused before sending: the scope leaves out these restored episodes no replacement has claimed (capture keys of the replacement attempts); name them, or pass --drop-restored',
+  ),
   details({checkpoint_id: z.string(), unreachable: z.array(Unreachable), lost: z.array(z.string())}, 'commit: the prepared checkpoint can never be committed (a member down, or restarted empty)'),
   details(
     {checkpoint_id: z.string(), blockers: z.array(z.strictObject({server: z.string(), blockers: z.array(z.string()), blocker_count: count()})), not_reached: z.array(z.string())},

@@ -1,7 +1,7 @@
 import {Flags} from '@oclif/core'
 
 import {FleetCommand, timeoutFlag, fleetExitCodes} from '../cli/base.js'
-import {SCOPE_HINT, checkpointId, episodeArgs, episodeFlags, rootFlag, seconds} from '../cli/flags.js'
+import {SCOPE_HINT, checkpointId, dropRestoredFlag, episodeArgs, episodeFlags, rootFlag, seconds} from '../cli/flags.js'
 import {episodeInputs} from '../cli/inputs.js'
 import {commitJson, keys, note, timingsTable} from '../cli/output.js'
 import {progressMode, withProgress} from '../cli/progress.js'
@@ -27,6 +27,7 @@ Progress (each phase's stage, the servers still pending, the time left to the de
     timeout: timeoutFlag,
     'renew-every': seconds({summary: 'Seconds between lease renewals while the checkpoint runs.', default: 60, max: 3600}),
     'keep-closed': Flags.boolean({summary: 'When prepare misses its deadline, leave the fleet closed for inspection.'}),
+    'drop-restored': dropRestoredFlag,
   }
 
   async run(): Promise<CommandJson<'checkpoint'>> {
@@ -49,6 +50,7 @@ Progress (each phase's stage, the servers still pending, the time left to the de
             timeoutS: this.flags.timeout,
             episodes,
             scopeHint: SCOPE_HINT,
+            dropRestored: this.flags['drop-restored'],
             renewEveryMs: this.flags['renew-every'] * 1000,
             keepClosedOnBlockers: this.flags['keep-closed'],
             log: note,

@@ -1,11 +1,11 @@
 import {Flags} from '@oclif/core'
 
-import {SCOPE_HINT, checkpointId, episodeArgs, episodeFlags, rootFlag} from '../cli/flags.js'
+import {SCOPE_HINT, checkpointId, dropRestoredFlag, episodeArgs, episodeFlags, rootFlag} from '../cli/flags.js'
 import {FleetCommand, timeoutFlag, fleetExitCodes} from '../cli/base.js'
 import {episodeInputs} from '../cli/inputs.js'
 import {commitJson, keys, note, timingsTable} from '../cli/output.js'
 import {progressMode, withProgress} from '../cli/progress.js'
-import {checkRoot, checkScope, commitAndPublish, preparedForCommit} from '../coordination/controller.js'
+import {checkRestoredInScope, checkRoot, checkScope, commitAndPublish, preparedForCommit} from '../coordination/controller.js'
 import {ControllerError, nextStep} from '../coordination/errors.js'
 import type {CommandJson} from '../cli/json-schemas.js'
 
@@ -29,6 +29,7 @@ Progress (each phase's stage, the servers still pending, the time left to the de
     id: checkpointId({summary: 'Checkpoint ID (default: the one every participant is prepared under).'}),
     ...episodeFlags('Episodes the controller continues (required with a policy model)'),
     'no-publish': Flags.boolean({summary: 'Commit only; write neither gymckpt.json nor LATEST.'}),
+    'drop-restored': dropRestoredFlag,
     timeout: timeoutFlag,
   }
 
@@ -41,6 +42,11 @@ Progress (each phase's stage, the servers still pending, the time left to the de
     const {checkpointId: id, restarts} = await preparedForCommit(coordinator, discovery, {id: this.flags.id, deadlineTs, log: note, again: this.rootArgs(), scopeArgs: episodeArgs(this.flags)})
     try {
       checkScope(coordinator, episodes, SCOPE_HINT)
+      if (episodes && !this.flags['drop-restored'])
+        checkRestoredInScope(
+          discovery.participants.map((p) => [p.server, p.status] as const),
+          episodes,
+        )
     } catch (err) {
       // The fleet stays prepared: this command with the scope commits it, or resume reopens it.
       if (err instanceof ControllerError) err.withNext(nextStep('commit', ['--id', id, ...this.rootArgs(), '--episodes-file', '-']), nextStep('resume', ['--id', id]))

@@ -546,6 +546,8 @@ export class SimDownstream extends SimBase {
   }
 
   override statusExtra(): Record<string, unknown> {
+    // As Gym's: the model lists the restored generation cuts no replacement has claimed.
+    if (this.kind === 'model') return {restored_generation_cuts: this.restoredKeys()}
     return this.kind === 'resources' ? {mode: 'exported', verify: 'wait'} : {}
   }
 }

@@ -2,7 +2,7 @@ import {mkdir, stat} from 'node:fs/promises'
 import path from 'node:path'
 
 import {EpisodeId, captureKey, fromCaptureKey, quoteInput, toWire} from '../protocol/episode.js'
-import {CommitReply, Operation, StatusReply} from '../protocol/wire.js'
+import {CommitReply, Operation, StatusReply, unclaimedRestored} from '../protocol/wire.js'
 import {CheckpointStateError} from '../storage/errors.js'
 import {writeCollectionManifest} from '../storage/collector.js'
 import {fsyncDir, probeWritableDir} from '../storage/fsutil.js'
@@ -282,13 +282,13 @@ export async function resumeFleet(c: Coordinator, discovery: Discovery, opts: {i
  * Before a prepare sends anything: every participant answers, and none has another checkpoint
  * open (a second prepare would be refused by them, and its cleanup would only fence its own ID).
  */
-export async function preparePreflight(c: Coordinator, id: string): Promise<void> {
+export async function preparePreflight(c: Coordinator, id: string): Promise<Map<string, StatusReply>> {
   const {statuses, failures} = await statusAll(c)
   // An interrupt cuts the status calls short: that is the interrupt, not an unreachable fleet.
   if (c.signal?.aborted) throw new ControllerError('interrupted', `interrupted before checkpoint '${id}' was prepared; nothing was sent`)
   if (failures.length) throw new CoordinationError('discover', failures, `every participant must answer before checkpoint '${id}' is prepared; nothing was sent`)
   const open = openCheckpoints(statuses, id)
-  if (open.size === 0) return
+  if (open.size === 0) return statuses
   const list = [...open].map(([k, servers]) => `'${k}' on ${servers.join(', ')}`).join('; ')
   throw new ControllerError(
     'fleet_state',
@@ -302,8 +302,15 @@ export async function preparePreflight(c: Coordinator, id: string): Promise<void
  * (unless keepClosed: then only a missed deadline leaves the fleet closed) and raises:
  * `not_prepared` with each server's blockers, the stage's error, or `interrupted`.
  */
-export async function prepareOrAbort(c: Coordinator, id: string, deadlineTs: number, opts: {keepClosed?: boolean; log?: Log} = {}): Promise<PrepareResult> {
-  await preparePreflight(c, id)
+export async function prepareOrAbort(
+  c: Coordinator,
+  id: string,
+  deadlineTs: number,
+  opts: {keepClosed?: boolean; log?: Log; preflight?: (statuses: Map<string, StatusReply>) => void} = {},
+): Promise<PrepareResult> {
+  // Not `opts.preflight?.(await …)`: an optional call does not evaluate its argument.
+  const statuses = await preparePreflight(c, id)
+  opts.preflight?.(statuses)
   let prep: PrepareResult
   try {
     prep = await prepare(c, id, deadlineTs)
@@ -395,6 +402,40 @@ export function checkScope(c: Coordinator, episodes: EpisodeId[] | null | undefi
       `no commit scope: the policy model ${model.server} refuses a commit that does not name the episodes the controller continues (Gym answers 409 checkpoint_error); ${how}; nothing was sent`,
     )
   }
+}
+
+/**
+ * Refuses a scope the operator gave that leaves out restored episodes no replacement has claimed
+ * (reference 5.3.1 and 5.3.4): every participant's commit would delete their restored state, and
+ * the progress a restore brought back would be gone with no error. Each must be named by its
+ * replacement attempt, the key the participants report; `--drop-restored` lets them go on purpose.
+ */
+export function checkRestoredInScope(statuses: Iterable<readonly [string, StatusReply]>, episodes: EpisodeId[]): void {
+  const named = new Set(episodes.map(captureKey))
+  const holders = new Map<string, string[]>()
+  for (const [server, st] of statuses) for (const k of unclaimedRestored(st)) if (!named.has(k)) holders.set(k, [...(holders.get(k) ?? []), server])
+  if (holders.size === 0) return
+  const missing = [...holders.keys()].sort()
+  const shown = missing.slice(0, 10).map((k) => `${quoteInput(k)} (${holders.get(k)!.join(', ')})`)
+  // An episode named at the attempt it was checkpointed under, not at its replacement.
+  const earlier: string[] = []
+  for (const k of missing) {
+    let e: EpisodeId
+    try {
+      e = fromCaptureKey(k)
+    } catch {
+      continue
+    }
+    const at = episodes.find((x) => x.rolloutId === e.rolloutId && x.attempt < e.attempt)
+    if (at) earlier.push(`${quoteInput(captureKey(at))} is named, but its restored state is under the replacement attempt ${quoteInput(k)}`)
+  }
+  throw new ControllerError(
+    'input',
+    `the scope leaves out ${missing.length} restored episode(s) whose replacement has not started: ${shown.join(', ')}${missing.length > 10 ? ', …' : ''}; ` +
+      `every participant's commit would delete their restored state.${earlier.length ? ` ${earlier.slice(0, 5).join('; ')}.` : ''} ` +
+      'Name each by its replacement attempt, as listed, or pass --drop-restored to let that state go; nothing was sent',
+    {restored: missing},
+  )
 }
 
 /**
@@ -547,6 +588,8 @@ export interface CheckpointOptions {
   episodes?: EpisodeId[] | null
   /** How to give a scope, in the caller's terms, for the error when there is none (checkScope). */
   scopeHint?: string
+  /** Let a scope leave out restored episodes no replacement has claimed (their state is deleted). */
+  dropRestored?: boolean
   tracker?: RunTracker
   controllerState?: () => unknown
   /** Also write Gym's collection.json with this run ID. */
@@ -580,7 +623,10 @@ export async function checkpoint(c: Coordinator, opts: CheckpointOptions): Promi
     checkScope(c, opts.episodes !== undefined ? opts.episodes : opts.tracker ? [] : null, opts.scopeHint)
     phase('prepare', 'start')
     // prepareOrAbort resumes by itself when prepare does not succeed.
-    const prep = await prepareOrAbort(c, id, deadlineTs, {keepClosed: opts.keepClosedOnBlockers, log}).catch((err: unknown) => {
+    // A scope the operator gave is checked against the restored state the fleet holds, before prepare.
+    const given = opts.episodes
+    const preflight = given && !opts.dropRestored ? (st: Map<string, StatusReply>) => checkRestoredInScope(st, given) : undefined
+    const prep = await prepareOrAbort(c, id, deadlineTs, {keepClosed: opts.keepClosedOnBlockers, log, preflight}).catch((err: unknown) => {
       phase('prepare', 'failed')
       throw err
     })

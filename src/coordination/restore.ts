@@ -1,5 +1,5 @@
 import {EpisodeId, captureKey, fromWire, nextAttempt, toWire} from '../protocol/episode.js'
-import {StatusReply} from '../protocol/wire.js'
+import {RESTORED_LISTS, StatusReply} from '../protocol/wire.js'
 import {CheckpointStateError} from '../storage/errors.js'
 import {RestoreOutcome, appendRestoreLog} from '../storage/restore-log.js'
 import {readCheckpointSummary, resolveCheckpoint} from '../storage/root.js'
@@ -11,8 +11,6 @@ import {newRestoreId} from './runs.js'
 
 /** Report counts that mean live work (Gym's counts per kind, section 5.1 of the reference). */
 export const LIVE_COUNTS = ['episodes', 'sessions', 'inflight', 'held'] as const
-/** Status extras listing restored state no replacement has claimed yet. */
-const RESTORED_LISTS = ['restored_pending', 'restored_generation_cuts'] as const
 
 /**
  * Why a participant cannot take a restore. Gym restores only into fresh processes: a restore into

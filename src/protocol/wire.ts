@@ -86,6 +86,21 @@ export const StatusReply = z.looseObject({
 })
 export type StatusReply = z.infer<typeof StatusReply>
 
+/** Status extras listing restored state no replacement has claimed yet. */
+export const RESTORED_LISTS = ['restored_pending', 'restored_generation_cuts'] as const
+
+/**
+ * The restored episodes a participant holds that no replacement has claimed yet, as it reports them
+ * (capture keys of the replacement attempts: environment `restored_pending`, model
+ * `restored_generation_cuts`, reference 5.1).
+ */
+export function unclaimedRestored(st: StatusReply): string[] {
+  return RESTORED_LISTS.flatMap((k) => {
+    const v = (st as Record<string, unknown>)[k]
+    return Array.isArray(v) ? v.filter((x): x is string => typeof x === 'string') : []
+  })
+}
+
 export const PrepareReply = z.looseObject({phase: z.string(), report: PrepareReport})
 export type PrepareReply = z.infer<typeof PrepareReply>
 

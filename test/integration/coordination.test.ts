@@ -347,9 +347,10 @@ describe('restored state across the next checkpoint', () => {
     const fresh = await startFleet({members: FULL})
     const c2 = await coordinatorFor(fresh)
     await restoreCheckpoint(c2, {location: root, timeoutS: 10})
-    // Neither replacement has been dispatched; the next checkpoint continues only a@1.
+    // Neither replacement has been dispatched; the next checkpoint continues only a@1, letting b's
+    // restored state go on purpose (without dropRestored that scope is refused: restored-scope.test.ts).
     const root2 = await tempDir()
-    const out = await checkpoint(c2, {root: root2, timeoutS: 10, episodes: [{rolloutId: 'a', attempt: 1}]})
+    const out = await checkpoint(c2, {root: root2, timeoutS: 10, episodes: [{rolloutId: 'a', attempt: 1}], dropRestored: true})
     for (const r of out.replies.values()) expect(r.episode_ids).toEqual(['a-a1'])
     const env = (await control(fresh.server('env').url, 'status')).json
     expect(env.restored_pending).toEqual(['a-a1'])
