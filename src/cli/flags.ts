@@ -86,7 +86,7 @@ export function episodeArgs(f: {episode?: string[]; 'episodes-file'?: string}): 
 export const dropRestoredFlag = Flags.boolean({
   summary: 'Let the scope leave out restored episodes whose replacement has not started: every participant deletes their restored state.',
   description:
-    'Without it, a scope that leaves out an episode a participant reports as restored and not yet claimed (restored_pending, restored_generation_cuts) is refused before anything is sent (exit 2): name each by its replacement attempt (the checkpointed attempt + 1) to carry it into this checkpoint.',
+    'Without it, a scope that leaves out an episode a participant reports as restored with its replacement not started (restored_pending) is refused before anything is sent (exit 2): name each by its replacement attempt (the checkpointed attempt + 1) to carry it into this checkpoint.',
 })
 
 /** How to give the commit scope on the command line (the error when a fleet with a policy model gets none). */

@@ -366,7 +366,7 @@ export const ERROR_DETAILS = [
   ),
   details(
     {restored: z.array(z.string())},
-    'commit or checkpoint refused before sending: the scope leaves out these restored episodes no replacement has claimed (capture keys of the replacement attempts); name them, or pass --drop-restored',
+    'commit or checkpoint refused before sending: the scope leaves out these restored episodes whose replacement has not started (capture keys of the replacement attempts); name them, or pass --drop-restored',
   ),
   details({checkpoint_id: z.string(), unreachable: z.array(Unreachable), lost: z.array(z.string())}, 'commit: the prepared checkpoint can never be committed (a member down, or restarted empty)'),
   details(

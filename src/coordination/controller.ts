@@ -2,7 +2,7 @@ import {mkdir, stat} from 'node:fs/promises'
 import path from 'node:path'
 
 import {EpisodeId, captureKey, fromCaptureKey, quoteInput, toWire} from '../protocol/episode.js'
-import {CommitReply, Operation, StatusReply, unclaimedRestored} from '../protocol/wire.js'
+import {CommitReply, Operation, StatusReply, pendingRestored} from '../protocol/wire.js'
 import {CheckpointStateError} from '../storage/errors.js'
 import {writeCollectionManifest} from '../storage/collector.js'
 import {fsyncDir, probeWritableDir} from '../storage/fsutil.js'
@@ -405,15 +405,15 @@ export function checkScope(c: Coordinator, episodes: EpisodeId[] | null | undefi
 }
 
 /**
- * Refuses a scope the operator gave that leaves out restored episodes no replacement has claimed
- * (reference 5.3.1 and 5.3.4): every participant's commit would delete their restored state, and
+ * Refuses a scope the operator gave that leaves out restored episodes whose replacement has not
+ * started (reference 5.3.1 and 5.3.4): every participant's commit would delete their restored state, and
  * the progress a restore brought back would be gone with no error. Each must be named by its
  * replacement attempt, the key the participants report; `--drop-restored` lets them go on purpose.
  */
 export function checkRestoredInScope(statuses: Iterable<readonly [string, StatusReply]>, episodes: EpisodeId[]): void {
   const named = new Set(episodes.map(captureKey))
   const holders = new Map<string, string[]>()
-  for (const [server, st] of statuses) for (const k of unclaimedRestored(st)) if (!named.has(k)) holders.set(k, [...(holders.get(k) ?? []), server])
+  for (const [server, st] of statuses) for (const k of pendingRestored(st)) if (!named.has(k)) holders.set(k, [...(holders.get(k) ?? []), server])
   if (holders.size === 0) return
   const missing = [...holders.keys()].sort()
   const shown = missing.slice(0, 10).map((k) => `${quoteInput(k)} (${holders.get(k)!.join(', ')})`)

@@ -90,15 +90,15 @@ export type StatusReply = z.infer<typeof StatusReply>
 export const RESTORED_LISTS = ['restored_pending', 'restored_generation_cuts'] as const
 
 /**
- * The restored episodes a participant holds that no replacement has claimed yet, as it reports them
- * (capture keys of the replacement attempts: environment `restored_pending`, model
- * `restored_generation_cuts`, reference 5.1).
+ * The restored episodes a participant holds whose replacement has not started, as it reports them:
+ * `restored_pending`, capture keys of the replacement attempts (reference 5.1: environment servers,
+ * and multi-worker coordinators' unclaimed claim keys). The model's `restored_generation_cuts` is
+ * left out: the reference does not say a cut goes once its replacement starts or ends, so a scope
+ * that rightly leaves out a finished episode could be refused.
  */
-export function unclaimedRestored(st: StatusReply): string[] {
-  return RESTORED_LISTS.flatMap((k) => {
-    const v = (st as Record<string, unknown>)[k]
-    return Array.isArray(v) ? v.filter((x): x is string => typeof x === 'string') : []
-  })
+export function pendingRestored(st: StatusReply): string[] {
+  const v = (st as Record<string, unknown>).restored_pending
+  return Array.isArray(v) ? v.filter((x): x is string => typeof x === 'string') : []
 }
 
 export const PrepareReply = z.looseObject({phase: z.string(), report: PrepareReport})

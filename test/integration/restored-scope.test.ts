@@ -45,7 +45,7 @@ describe('a scope after a restore keeps the restored state', () => {
     expect(err).toBeInstanceOf(ControllerError)
     expect(err.code).toBe('input')
     expect(err.message).toBe(
-      "the scope leaves out 2 restored episode(s) whose replacement has not started: 'a-a1' (env, policy), 'b-a1' (env, policy); every participant's commit would delete their restored state. " +
+      "the scope leaves out 2 restored episode(s) whose replacement has not started: 'a-a1' (env), 'b-a1' (env); every participant's commit would delete their restored state. " +
         "'a' is named, but its restored state is under the replacement attempt 'a-a1'. Name each by its replacement attempt, as listed, or pass --drop-restored to let that state go; nothing was sent",
     )
     expect(err.details).toEqual({restored: ['a-a1', 'b-a1']})
@@ -83,7 +83,7 @@ describe('a scope after a restore keeps the restored state', () => {
     const fleetArgs = fresh.serverArgs().flatMap((s) => ['--server', s])
     const refused = await cli(['commit', ...fleetArgs, '--root', root, '--episode', 'a@1', '--json'])
     expect(refused.code, refused.stderr).toBe(2)
-    expect(refused.json.error.message).toMatch(/^the scope leaves out 1 restored episode\(s\) whose replacement has not started: 'b-a1' \(env, policy\);/)
+    expect(refused.json.error.message).toMatch(/^the scope leaves out 1 restored episode\(s\) whose replacement has not started: 'b-a1' \(env\);/)
     expect(refused.json.error.details).toEqual({restored: ['b-a1']})
     expect(refused.json.error.next).toEqual([
       expect.stringMatching(/^gymckpt commit --id ck-next --root \S+ --episodes-file - --server /),
