@@ -8,7 +8,7 @@ import {applyPrune, planPrune} from '../storage/prune.js'
 import {readCheckpointSummary, readLatest} from '../storage/root.js'
 import {Log, checkpoint} from './controller.js'
 import {ControllerError, CoordinationError} from './errors.js'
-import {Coordinator, RETIRE_BATCH, forget, retire} from './operations.js'
+import {Coordinator, RETIRE_BATCH, forget, resume, retire} from './operations.js'
 import {restoreCheckpoint} from './restore.js'
 import {RunTracker} from './runs.js'
 
@@ -94,6 +94,11 @@ export class Collector {
   private pruning: Promise<void> = Promise.resolve()
   private stopWanted = false
   private wake: () => void = () => {}
+  /** A published checkpoint whose resume failed on some participant: resumed again, with backoff. */
+  private unresumed: {id: string; retryAt: number; backoffMs: number} | null = null
+  /** /run refused with admission_closed (the fleet closed by someone else): no dispatch until then. */
+  private admissionHoldUntil = 0
+  private admissionBackoffMs = 0
   private readonly stats: CollectStats
   private log!: DispatchLog
 
@@ -149,6 +154,8 @@ export class Collector {
       const end = await this.loop(runId)
       if (timer) clearInterval(timer)
       timer = null
+      // A participant left closed by the last checkpoint's failed resume is not left so by the run.
+      if (this.unresumed) await this.resumeAgain()
       if (end.end === 'finished') await this.forgetAll([...this.retiredOrRestored])
       return {...this.snapshot(), runId, wallMs: Date.now() - t0, ...end, failedRows: this.failedRows}
     } finally {
@@ -252,9 +259,12 @@ export class Collector {
   private async loop(runId: string): Promise<Pick<CollectOutcome, 'end' | 'stopCheckpointed'>> {
     for (;;) {
       const woken = new Promise<void>((r) => (this.wake = r))
+      if (this.unresumed && Date.now() >= this.unresumed.retryAt) await this.resumeAgain()
       if (this.stopWanted) {
         // Nothing left to run: the run is finished, not stopped (no --resume is needed).
         if (this.inFlight === 0 && this.queue.length === 0 && this.toRetire.length === 0) return {end: 'finished', stopCheckpointed: false}
+        // A checkpoint left open by a failed resume would refuse the stop's checkpoint.
+        if (this.unresumed) await this.resumeAgain()
         return {end: 'stopped', stopCheckpointed: await this.takeCheckpoint(runId)}
       }
       if (this.checkpointWanted) {
@@ -276,6 +286,7 @@ export class Collector {
 
   /** Logs the next batch (one fsync), then sends its /run calls. */
   private async dispatch(): Promise<void> {
+    if (Date.now() < this.admissionHoldUntil) return
     const batch = this.queue.splice(0, Math.max(0, this.opts.concurrency - this.inFlight))
     if (batch.length === 0) return
     await this.log.append(batch.map((p) => [p.row.rolloutId, p.attempt]))
@@ -334,11 +345,20 @@ export class Collector {
   private async record(p: Pending, r: Awaited<ReturnType<Collector['send']>>): Promise<void> {
     const id = p.row.rolloutId
     if (r.ok) {
+      this.admissionBackoffMs = 0
       await this.opts.output.append({...r.reply, _ng_rollout_id: id, _ng_attempt_index: p.attempt})
       this.stats.done++
       if (this.retiredOrRestored.has(id)) this.toForget.add(id)
     } else if (r.resend) {
-      this.queue.push(p)
+      // Refused before it ran: sent again, first in line, once the fleet has had time to reopen
+      // (100 ms, doubling to 5 s while refusals go on), not in a loop that logs each try.
+      if (Date.now() >= this.admissionHoldUntil) {
+        this.admissionBackoffMs = Math.min(Math.max(this.admissionBackoffMs * 2, 100), 5000)
+        this.admissionHoldUntil = Date.now() + this.admissionBackoffMs
+        this.wakeAt(this.admissionHoldUntil)
+        this.opts.log(`/run of ${captureKey({rolloutId: id, attempt: p.attempt})} refused (admission closed): sending again in ${this.admissionBackoffMs} ms`)
+      }
+      this.queue.unshift(p)
     } else {
       this.opts.log(`/run of ${captureKey({rolloutId: id, attempt: p.attempt})} failed: ${r.error}`)
       this.toRetire.push({...p, error: r.error})
@@ -413,6 +433,8 @@ export class Collector {
       if (err instanceof ControllerError && err.code === 'interrupted') throw err
       // Published (LATEST names it), then resuming failed somewhere: the checkpoint was taken.
       if (err instanceof CoordinationError && err.published) {
+        this.unresumed = {id: err.published.checkpointId, retryAt: Date.now() + 1000, backoffMs: 1000}
+        this.wakeAt(this.unresumed.retryAt)
         await taken(err.published.checkpointId, `published, but ${err.message}`)
         return true
       }
@@ -422,6 +444,32 @@ export class Collector {
       return false
     } finally {
       this.progress()
+    }
+  }
+
+  /** Wakes the loop at `at` (epoch ms), to send what waits for that time. */
+  private wakeAt(at: number): void {
+    setTimeout(() => this.wake(), Math.max(0, at - Date.now())).unref()
+  }
+
+  /**
+   * Resumes the checkpoint whose resume failed somewhere, on every participant (the ones already
+   * resumed answer idempotent). Until it succeeds it is tried again, 1 s then doubling to 30 s;
+   * the run goes on meanwhile (a participant off the /run path does not hold it up), and a
+   * participant nobody reaches reopens by itself when its lease expires.
+   */
+  private async resumeAgain(): Promise<void> {
+    const u = this.unresumed!
+    try {
+      await resume(this.c, u.id, Date.now() / 1000 + this.opts.timeoutS)
+      this.unresumed = null
+      this.opts.log(`checkpoint ${u.id}: resumed on every participant`)
+    } catch (err) {
+      if (this.c.signal?.aborted) throw new ControllerError('interrupted', `interrupted while resuming checkpoint '${u.id}' again`)
+      u.backoffMs = Math.min(u.backoffMs * 2, 30_000)
+      u.retryAt = Date.now() + u.backoffMs
+      this.wakeAt(u.retryAt)
+      this.opts.log(`resuming checkpoint ${u.id} again failed; next try in ${u.backoffMs / 1000} s: ${(err as Error).message}`)
     }
   }
 

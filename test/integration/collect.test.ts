@@ -142,6 +142,64 @@ describe('collect: checkpoints while rows run', () => {
     expectSameAsUninterrupted(await readOutput(w.output), reference)
   })
 
+  it('a participant whose resume failed after a published checkpoint is resumed again, with backoff, while the run goes on', async () => {
+    const fleet = await startFleet({members: [...FULL, {name: 'res2', kind: 'resources'}]})
+    const env = fleet.server('env').participant as SimEnvironment
+    env.downstream = env.downstream.filter((d) => d.name !== 'res2')
+    // The checkpoint's own resume and the first retry fail; the second retry succeeds.
+    fleet.server('res2').faults.add('resume', {type: 'status', status: 500}, 2)
+    const rows = rowsOf(100)
+    const [reference, w] = await Promise.all([uninterrupted(rows), tempDir().then((d) => workdir(d, rows))])
+    const c = await coordinatorFor(fleet)
+    let stats: CollectStats | undefined
+    const at = new Map<string, number>()
+    const {collector, logs} = await inProcess(c, fleet, w, {concurrency: 4, onProgress: (s) => (stats = s), log: (m) => at.set(m, performance.now())})
+    const done = collector.run()
+    await waitFor(() => (stats?.inFlight ?? 0) >= 2 && (stats?.queued ?? 0) >= 1, 10_000, 'rows in flight and queued')
+    collector.requestCheckpoint()
+    const out = await done
+    expect(out.checkpoints).toBe(1)
+    const id = out.lastCheckpointId!
+    const published = logs.find((l) => l.startsWith(`checkpoint ${id}: published, but`))!
+    const retried = logs.filter((l) => l.startsWith(`resuming checkpoint ${id} again failed; next try in 2 s: `))
+    expect(retried).toHaveLength(1)
+    expect(retried[0]).toMatch(/res2: HTTP 500/)
+    const resumed = `checkpoint ${id}: resumed on every participant`
+    expect(logs).toContain(resumed)
+    // 1 s after the failed resume, then 2 s after the failed retry (the rows ran ~5 s in all).
+    expect(at.get(retried[0]!)! - at.get(published)!).toBeGreaterThanOrEqual(950)
+    expect(at.get(resumed)! - at.get(retried[0]!)!).toBeGreaterThanOrEqual(1950)
+    expect(out.done).toBe(rows.length)
+    expect(fleet.server('res2').controlPlane!.phase).toBe('idle')
+    expectSameAsUninterrupted(await readOutput(w.output), reference)
+  })
+
+  it('a /run refused with admission_closed is sent again after a pause that doubles, not in a loop', async () => {
+    const fleet = await startFleet({members: FULL})
+    const refused = JSON.stringify({error: {code: 'admission_closed', detail: 'a checkpoint is open'}})
+    fleet.server('env').faults.add('run', {type: 'status', status: 409, body: refused}, 3)
+    const rows = rowsOf(5)
+    const [reference, w] = await Promise.all([uninterrupted(rows), tempDir().then((d) => workdir(d, rows))])
+    const c = await coordinatorFor(fleet)
+    const at: [string, number][] = []
+    const {collector} = await inProcess(c, fleet, w, {concurrency: 1, log: (m) => at.push([m, performance.now()])})
+    const out = await collector.run()
+    expect(out.done).toBe(rows.length)
+    // The first row refused three times, 100, 200 and 400 ms apart at least, then run; never retired.
+    const refusals = at.filter(([m]) => /refused \(admission closed\): sending again in \d+ ms$/.test(m))
+    expect(refusals.map(([m]) => m)).toEqual([
+      '/run of r00 refused (admission closed): sending again in 100 ms',
+      '/run of r00 refused (admission closed): sending again in 200 ms',
+      '/run of r00 refused (admission closed): sending again in 400 ms',
+    ])
+    expect(refusals[1]![1] - refusals[0]![1]).toBeGreaterThanOrEqual(95)
+    expect(refusals[2]![1] - refusals[1]![1]).toBeGreaterThanOrEqual(195)
+    expect(runsSent(fleet.server('env'))[0]).toEqual(['r00', 0])
+    expect(out.retried).toBe(0)
+    expect((await readDispatched(w.root)).entries.filter(([r]) => r === 'r00')).toHaveLength(4)
+    expectSameAsUninterrupted(await readOutput(w.output), reference)
+  })
+
   it('a checkpoint whose commit fails on one participant is not published, the fleet is resumed, and the run goes on', async () => {
     const fleet = await startFleet({members: FULL})
     const env = fleet.server('env').participant as SimEnvironment
