@@ -210,7 +210,13 @@ export async function preparedForCommit(
       `not prepared under '${id}': ${notPrepared.map((p) => `${p.server} (${p.status.phase}${p.status.checkpoint_id ? ` of '${p.status.checkpoint_id}'` : ''})`).join(', ')}; nothing was sent`,
     ).withNext(nextStep('resume', ['--id', id]))
   }
-  return {checkpointId: id, restarts: restartsOf(discovery.participants.map((p) => p.status.report.restarts))}
+  try {
+    return {checkpointId: id, restarts: restartsOf(discovery.participants.map((p) => [p.server, p.status.report.restarts] as const))}
+  } catch (err) {
+    // Nothing was sent; the fleet stays prepared until resumed.
+    if (err instanceof ControllerError) err.withNext(nextStep('resume', ['--id', id]))
+    throw err
+  }
 }
 
 /** The checkpoint the participants are prepared under (or `id`), with the real problem when none is. */
@@ -321,7 +327,18 @@ export async function prepareOrAbort(
     if (err instanceof CoordinationError) throw new CoordinationError('prepare', err.failures, a.text).withNext(...a.next)
     throw err
   }
-  if (prep.prepared) return prep
+  if (prep.prepared) {
+    // A restart that does not decode makes the prepared checkpoint uncommittable: close it now,
+    // not leave the fleet closed until its leases run out.
+    try {
+      prep.restarts()
+    } catch (err) {
+      const a = afterClose(id, await closeCheckpoint(c, id, deadlineTs, opts.log))
+      if (err instanceof ControllerError) throw new ControllerError(err.code, `${err.message}; checkpoint '${id}' cannot be committed; ${a.text}`).withNext(...a.next)
+      throw err
+    }
+    return prep
+  }
   const blockers = prep.blockers()
   const list = Object.entries(blockers)
     .map(([s, b]) => `${s}: ${b.blockerCount} (${b.blockers.slice(0, 5).join(', ')}${b.blockerCount > 5 ? ', …' : ''})`)

@@ -1,4 +1,4 @@
-import {EpisodeId, fromCaptureKey, nextAttempt, toWire} from '../protocol/episode.js'
+import {EpisodeId, fromCaptureKey, nextAttempt, quoteInput, toWire} from '../protocol/episode.js'
 import {Kind, Operation, PrepareReply, ReplyOf, StatusReply} from '../protocol/wire.js'
 import type {CallResult, ControlClient} from './client.js'
 import {KIND_ORDER, Participant, sortParticipants} from './discover.js'
@@ -94,7 +94,7 @@ export class PrepareResult {
 
   /** Every reported restart, from prepared participants too. */
   restarts(): EpisodeId[] {
-    return restartsOf([...this.replies.values()].map((r) => r.report.restarts))
+    return restartsOf([...this.replies].map(([server, r]) => [server, r.report.restarts] as const))
   }
 
   /** The controller's episodes, in its order, minus the restarts: the commit scope. */
@@ -103,17 +103,18 @@ export class PrepareResult {
   }
 }
 
-export function restartsOf(lists: string[][]): EpisodeId[] {
+/** Every restart the participants reported (`[server, keys]`), each once; a key that does not decode names its server. */
+export function restartsOf(lists: Iterable<readonly [string, string[]]>): EpisodeId[] {
   const out: EpisodeId[] = []
   const seen = new Set<string>()
-  for (const list of lists) {
+  for (const [server, list] of lists) {
     for (const k of list) {
       if (seen.has(k)) continue
       seen.add(k)
       try {
         out.push(fromCaptureKey(k))
       } catch (err) {
-        throw new ControllerError('participant', `a participant reported a restart '${k}' that is not a valid capture key: ${(err as Error).message}`)
+        throw new ControllerError('participant', `${server} reported a restart ${quoteInput(k)} that is not a valid capture key: ${(err as Error).message}`)
       }
     }
   }

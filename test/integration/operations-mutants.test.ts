@@ -580,16 +580,24 @@ describe('operations: more rules', () => {
   })
 
   it('restartsOf refuses a restart that is no capture key, naming it', () => {
-    expect(restartsOf([[captureKey(episode('a')), captureKey(episode('b', 1))], [captureKey(episode('a'))]])).toEqual([episode('a'), episode('b', 1)])
+    expect(
+      restartsOf([
+        ['e1', [captureKey(episode('a')), captureKey(episode('b', 1))]],
+        ['e2', [captureKey(episode('a'))]],
+      ]),
+    ).toEqual([episode('a'), episode('b', 1)])
     let err: unknown
     try {
-      restartsOf([[captureKey(episode('a'))], ['not a key']])
+      restartsOf([
+        ['e1', [captureKey(episode('a'))]],
+        ['e2', ['not a key']],
+      ])
     } catch (e) {
       err = e
     }
     expect(err).toBeInstanceOf(ControllerError)
     expect((err as ControllerError).code).toBe('participant')
-    expect((err as Error).message).toMatch(/^a participant reported a restart 'not a key' that is not a valid capture key: ./)
+    expect((err as Error).message).toMatch(/^e2 reported a restart 'not a key' that is not a valid capture key: ./)
   })
 
   it("a restore cleanup outlives the restore's own deadline: it gets 30 s more", async () => {

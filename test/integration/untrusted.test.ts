@@ -5,10 +5,11 @@ import path from 'node:path'
 import {describe, expect, it} from 'vitest'
 
 import {ControlClient} from '../../src/coordination/client.js'
-import {checkRoot, checkpoint} from '../../src/coordination/controller.js'
+import {checkRoot, checkpoint, prepareOrAbort, preparedForCommit} from '../../src/coordination/controller.js'
+import {prepare, resume} from '../../src/coordination/operations.js'
 import {discover} from '../../src/coordination/discover.js'
 import {ControllerError, CoordinationError} from '../../src/coordination/errors.js'
-import {FULL, TOKEN, coordinatorFor, fakeParticipant, later, startFleet, startServer} from '../helpers/fleet.js'
+import {FULL, TOKEN, coordinatorFor, fakeParticipant, later, soon, startFleet, startServer} from '../helpers/fleet.js'
 import {tempDir} from '../helpers/tmp.js'
 import {listCheckpoints} from '../../src/storage/catalog.js'
 import {planPrune} from '../../src/storage/prune.js'
@@ -140,3 +141,51 @@ describe('the publish gate', () => {
 })
 
 /** A participant that answers every control call, and commit with `commitReply(checkpointDir)`. */
+
+describe('a restart a participant reports that is no capture key', () => {
+  /** A fleet whose environment reports `key` as a restart in every report. */
+  async function reporting(key: string) {
+    const fleet = await startFleet({members: FULL})
+    const env = fleet.server('env').participant!
+    const report = env.report.bind(env)
+    env.report = () => ({...report(), restarts: [key]})
+    return {fleet, c: await coordinatorFor(fleet)}
+  }
+
+  it('prepare (and checkpoint) closes the prepared checkpoint again and names the server and the key', async () => {
+    const {fleet, c} = await reporting('-a1')
+    const err = (await prepareOrAbort(c, 'ck-bad', soon()).catch((e: unknown) => e)) as ControllerError
+    expect(err).toBeInstanceOf(ControllerError)
+    expect(err.code).toBe('participant')
+    expect(err.message).toMatch(
+      /^env reported a restart '-a1' that is not a valid capture key: .+; checkpoint 'ck-bad' cannot be committed; the fleet was resumed \(checkpoint 'ck-bad' is closed for good\)$/,
+    )
+    for (const s of fleet.servers.filter((x) => x.controlPlane)) expect(s.controlPlane!.phase, s.name).toBe('idle')
+    const root = await tempDir()
+    const ck = (await checkpoint(c, {root, episodes: []}).catch((e: unknown) => e)) as ControllerError
+    expect(ck.message).toMatch(/^env reported a restart '-a1' that is not a valid capture key/)
+    for (const s of fleet.servers.filter((x) => x.controlPlane)) expect(s.controlPlane!.phase, s.name).toBe('idle')
+    expect(await readdir(root)).toEqual([])
+  })
+
+  it('a stateless commit refuses before sending and names the resume that reopens the fleet', async () => {
+    const {fleet, c} = await reporting('.x')
+    // Prepared while the report was still good.
+    const env = fleet.server('env').participant!
+    const bad = env.report
+    env.report = () => ({...bad(), restarts: []})
+    await prepare(c, 'ck-open', soon())
+    env.report = bad
+    const discovery = await discover(
+      c.client,
+      fleet.servers.map((s) => ({name: s.name, url: s.url})),
+      {tolerant: true},
+    )
+    const err = (await preparedForCommit(c, discovery, {deadlineTs: soon()}).catch((e: unknown) => e)) as ControllerError
+    expect(err.code).toBe('participant')
+    expect(err.message).toMatch(/^env reported a restart '\.x' that is not a valid capture key/)
+    expect(err.next).toEqual([{command: 'resume', args: ['--id', 'ck-open'], fleet: true}])
+    expect(fleet.servers.flatMap((s) => s.journal.filter((j) => j.route === 'commit'))).toEqual([])
+    await resume(c, 'ck-open', soon())
+  })
+})

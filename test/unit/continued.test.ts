@@ -51,7 +51,7 @@ describe('continuedOf (the commit scope) with a Set lookup', () => {
     const eps = Array.from({length: 100_000}, (_, i) => ({rolloutId: `r${i}`, attempt: i % 3}))
     const keys = eps.filter((_, i) => i % 10 === 0).map((e) => (e.attempt ? `${e.rolloutId}-a${e.attempt}` : e.rolloutId))
     const t = performance.now()
-    const out = continuedOf(eps, restartsOf([keys]))
+    const out = continuedOf(eps, restartsOf([['env', keys]]))
     const ms = performance.now() - t
     expect(out).toHaveLength(90_000)
     expect(out[0]).toBe(eps[1])
