@@ -284,10 +284,16 @@ export interface RestoreOutcome {
 }
 
 /**
+ * How long a preflight waits for a status reply: as long as discovery's probe (reference 9.3), since
+ * a multi-worker server forwards status to a coordinator that may take up to 30 s to answer.
+ */
+export const STATUS_TIMEOUT_MS = 60_000
+
+/**
  * Every participant's status at once. A participant that does not answer is a failure, not an
  * exception: callers decide what an unreachable member means for them.
  */
-export async function statusAll(c: Coordinator, timeoutMs = 10_000): Promise<{statuses: Map<string, StatusReply>; failures: ParticipantFailure[]}> {
+export async function statusAll(c: Coordinator, timeoutMs = STATUS_TIMEOUT_MS): Promise<{statuses: Map<string, StatusReply>; failures: ParticipantFailure[]}> {
   const results = await Promise.all(c.participants.map((p) => c.client.status({name: p.server, url: p.url}, timeoutMs, c.signal)))
   const statuses = new Map<string, StatusReply>()
   const failures: ParticipantFailure[] = []

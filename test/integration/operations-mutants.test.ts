@@ -21,6 +21,7 @@ import {
   retireEach,
   retirePreview,
   restartsOf,
+  STATUS_TIMEOUT_MS,
   statusAll,
 } from '../../src/coordination/operations.js'
 import {Kind} from '../../src/protocol/wire.js'
@@ -388,6 +389,19 @@ describe('the one-shot fan-outs', () => {
     expect(r.statuses.size).toBe(7)
     expect(r.failures.map((f) => f.server)).toEqual(['d-res'])
     expect(r.statuses.get('a-env')).toMatchObject({kind: 'environment', phase: 'idle'})
+  })
+
+  it('statusAll waits as long as discovery does (60 s) for a reply: a multi-worker server may take 30 s', async () => {
+    const {c} = await wide()
+    const waited: number[] = []
+    const status: typeof c.client.status = (ref, timeoutMs, signal) => {
+      waited.push(timeoutMs)
+      return c.client.status(ref, timeoutMs, signal)
+    }
+    const client = Object.assign(Object.create(c.client) as typeof c.client, {status})
+    await statusAll({...c, client})
+    expect(STATUS_TIMEOUT_MS).toBe(60_000)
+    expect(waited).toEqual(c.participants.map(() => 60_000))
   })
 
   it('encodeBody is the JSON of the body in UTF-8', () => {
