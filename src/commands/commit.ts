@@ -55,7 +55,20 @@ Progress (each phase's stage, the servers still pending, the time left to the de
     const out = await withProgress(
       {commit: {title: this.flags['no-publish'] ? 'commit' : 'commit and publish', operations: ['commit']}},
       {mode: progressMode(this.jsonEnabled()), signal: this.signal},
-      ({onCall}) => commitAndPublish({...coordinator, onCall}, {checkpointId: id, root, episodes, restarts, deadlineTs, publish: !this.flags['no-publish']}),
+      ({onCall}) =>
+        commitAndPublish(
+          {...coordinator, onCall},
+          {
+            checkpointId: id,
+            root,
+            episodes,
+            restarts,
+            deadlineTs,
+            publish: !this.flags['no-publish'],
+            rememberScope: true,
+            committedOn: discovery.participants.filter((p) => p.status.phase === 'committed' && p.status.checkpoint_id === id).map((p) => p.server),
+          },
+        ),
     ).catch((err: unknown) => {
       if (err instanceof ControllerError && err.next.length === 0) err.withNext(nextStep('resume', ['--id', id]))
       throw err

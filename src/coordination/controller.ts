@@ -7,7 +7,18 @@ import {CheckpointStateError} from '../storage/errors.js'
 import {writeCollectionManifest} from '../storage/collector.js'
 import {fsyncDir, probeWritableDir} from '../storage/fsutil.js'
 import {VerifyProblem, verifyCheckpoint} from '../storage/verify.js'
-import {CONTROLLER_MANIFEST, ControllerManifest, FORMAT_VERSION, describeFsError, publishLatest, setAsideControllerManifests, syncParticipantDirs, writeControllerManifest} from '../storage/root.js'
+import {
+  CONTROLLER_MANIFEST,
+  ControllerManifest,
+  FORMAT_VERSION,
+  describeFsError,
+  publishLatest,
+  readScopeRecord,
+  setAsideControllerManifests,
+  syncParticipantDirs,
+  writeControllerManifest,
+  writeScopeRecord,
+} from '../storage/root.js'
 import {ControllerError, CoordinationError, NextStep, ParticipantFailure, failureMessage, nextStep} from './errors.js'
 import {Coordinator, PrepareResult, StageResult, continuedOf, commit, prepare, renew, restartsOf, resume, resumeAll, statusAll} from './operations.js'
 import type {DiscoveredParticipant, Discovery, Participant} from './discover.js'
@@ -374,6 +385,13 @@ export interface CommitPlan {
   publish?: boolean
   /** Also write Gym's collection.json with this run ID (a rollout collection's checkpoint). */
   collectionRunId?: string
+  /**
+   * A stateless commit, which an operator may run again after a partial failure: the first try's
+   * scope is recorded in the checkpoint directory, and a retry with the same episodes sends it.
+   */
+  rememberScope?: boolean
+  /** With rememberScope: the participants whose status says they committed this ID already. */
+  committedOn?: string[]
 }
 
 export interface CommitOutcome {
@@ -456,6 +474,50 @@ export function checkRestoredInScope(statuses: Iterable<readonly [string, Status
 }
 
 /**
+ * The scope a stateless commit sends: the one its first try sent, read back from the checkpoint
+ * directory, when the operator gives the same episodes again. Participants that committed take a
+ * retry only with the same scope (reference 3.5), and the scope is the episodes minus the restarts
+ * reported *now*: a restart that ended since the first try would change it, the ones that
+ * committed would refuse, and the ones that had not would commit another scope, making the
+ * checkpoint impossible to complete. Other episodes than the first try's are refused, sending
+ * nothing. The first try records its scope before it sends.
+ */
+async function firstTryScope(checkpointDir: string, plan: CommitPlan, scope: EpisodeId[] | null): Promise<EpisodeId[] | null> {
+  const keys = (l: EpisodeId[] | null) => (l === null ? null : l.map(captureKey).sort())
+  const same = (a: string[] | null, b: string[] | null) => (a === null || b === null ? a === b : a.join('\n') === b.join('\n'))
+  const given = keys(plan.episodes)
+  let prev
+  try {
+    prev = await readScopeRecord(checkpointDir)
+  } catch (err) {
+    throw new ControllerError('invalid_checkpoint', `cannot read the scope of an earlier try in ${checkpointDir}: ${describeFsError(err)}; nothing was sent`)
+  }
+  if (prev && prev.checkpoint_id === plan.checkpointId) {
+    if (same(prev.scope, keys(scope))) return scope
+    if (same(prev.given, given)) return prev.scope === null ? null : prev.scope.map(fromCaptureKey)
+    throw new ControllerError(
+      'input',
+      `checkpoint '${plan.checkpointId}' was first committed (in part) with ${prev.given === null ? 'no scope' : `another list of ${prev.given.length} episode(s)`}; a retry must give the same episodes ` +
+        `(participants that committed refuse another scope, and the rest would commit a different one); nothing was sent. Give the first try's episodes, or resume '${plan.checkpointId}' and checkpoint again under a new ID`,
+    ).withNext(nextStep('resume', ['--id', plan.checkpointId]))
+  }
+  // Committed somewhere, but not from this directory: another --root (a relative one from another
+  // working directory), and those would refuse it while the rest commit into the wrong place.
+  if (plan.committedOn?.length) {
+    throw new ControllerError(
+      'input',
+      `${plan.committedOn.join(', ')} already committed '${plan.checkpointId}', but ${checkpointDir} holds no record of that first try: a retry must commit into the first try's directory (the same --root, as an absolute path); nothing was sent`,
+    ).withNext(nextStep('resume', ['--id', plan.checkpointId]))
+  }
+  try {
+    await writeScopeRecord(checkpointDir, {checkpoint_id: plan.checkpointId, given, scope: keys(scope)})
+  } catch (err) {
+    throw new ControllerError('invalid_checkpoint', `cannot record the commit's scope in ${checkpointDir}: ${describeFsError(err)}; nothing was sent`)
+  }
+  return scope
+}
+
+/**
  * Commits everywhere at once with scope = continued(episodes), waits for /run replies already on
  * the wire, then writes the controller manifest and publishes LATEST: only after every commit
  * succeeded.
@@ -471,8 +533,19 @@ export async function commitAndPublish(c: Coordinator, plan: CommitPlan): Promis
     } catch (err) {
       throw new ControllerError('invalid_checkpoint', `cannot create checkpoint directory ${checkpointDir}: ${describeFsError(err)}`)
     }
-    const scope = plan.episodes ? continuedOf(plan.episodes, plan.restarts) : null
-    const replies = await commit(c, plan.checkpointId, checkpointDir, scope, plan.deadlineTs)
+    let scope = plan.episodes ? continuedOf(plan.episodes, plan.restarts) : null
+    if (plan.rememberScope) scope = await firstTryScope(checkpointDir, plan, scope)
+    const replies = await commit(c, plan.checkpointId, checkpointDir, scope, plan.deadlineTs).catch((err: unknown) => {
+      // A participant that already committed this ID (an earlier try that failed elsewhere) takes
+      // a retry only with the same directory and scope (reference 3.5).
+      if (err instanceof CoordinationError && err.failures.some((f) => f.code === 'checkpoint_conflict'))
+        throw new CoordinationError(
+          'commit',
+          err.failures,
+          `a retry of a commit must send the directory and scope of the first try: this one sent ${checkpointDir} and ${scope ? `${scope.length} episode(s)` : 'no scope'}`,
+        )
+      throw err
+    })
     const committed = new Set<string>()
     for (const [server, r] of replies) {
       for (const k of r.episode_ids) {

@@ -68,6 +68,38 @@ export async function writeControllerManifest(checkpointDir: string, m: Controll
   await fsyncDir(checkpointDir)
 }
 
+/** Where a stateless commit records the scope of its first try: `ROOT/ID/.gymckpt-scope.json`. */
+export const SCOPE_RECORD = '.gymckpt-scope.json'
+
+/** The first try of a commit: the episodes the operator gave (capture keys, sorted) and the scope sent. */
+export interface ScopeRecord {
+  checkpoint_id: string
+  given: string[] | null
+  scope: string[] | null
+}
+
+/** The scope record in `checkpointDir`, or null when there is none (a record that does not parse is none). */
+export async function readScopeRecord(checkpointDir: string): Promise<ScopeRecord | null> {
+  let text: string
+  try {
+    text = await readFile(path.join(checkpointDir, SCOPE_RECORD), 'utf8')
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null
+    throw err
+  }
+  try {
+    const v = JSON.parse(text) as ScopeRecord
+    const list = (x: unknown) => x === null || (Array.isArray(x) && x.every((k) => typeof k === 'string'))
+    return typeof v.checkpoint_id === 'string' && list(v.given) && list(v.scope) ? v : null
+  } catch {
+    return null
+  }
+}
+
+export async function writeScopeRecord(checkpointDir: string, r: ScopeRecord): Promise<void> {
+  await replaceAtomic(path.join(checkpointDir, SCOPE_RECORD), JSON.stringify(r) + '\n')
+}
+
 /** What a controller manifest is renamed to when its checkpoint is refused: `gymckpt.refused.json`. */
 export function refusedName(manifest: string): string {
   return manifest.replace(/\.json$/, '.refused.json')

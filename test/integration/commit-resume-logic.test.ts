@@ -2,6 +2,9 @@
 // controller.ts preparedForCommit, resumeFleet), against real fleets of the participant double:
 // the checkpoint found, the restarts reported, every refusal (and that it sent nothing), the
 // close-then-throw path when a holder is down or came back empty, and what resume leaves behind.
+import {readFile} from 'node:fs/promises'
+import path from 'node:path'
+
 import {describe, expect, it} from 'vitest'
 
 import {Fleet, MemberKind} from '../../src/control-plane/fleet.js'
@@ -13,6 +16,7 @@ import {Discovery, discover} from '../../src/coordination/discover.js'
 import {ControllerError, CoordinationError, nextStep} from '../../src/coordination/errors.js'
 import {Coordinator, prepare} from '../../src/coordination/operations.js'
 import {FULL, TOKEN, control, later, soon, startFleet, waitFor} from '../helpers/fleet.js'
+import {SCOPE_RECORD} from '../../src/storage/root.js'
 import {tempDir} from '../helpers/tmp.js'
 import {rejection} from '../helpers/errors.js'
 
@@ -122,6 +126,60 @@ describe('preparedForCommit: what a stateless commit commits', () => {
     const {c: c2, d} = await look(fleet)
     expect(await phases(fleet)).toEqual({env: 'committed c1', policy: 'committed c1', agent: 'prepared c1', res: 'committed c1'})
     expect((await preparedForCommit(c2, d, {deadlineTs: soon()})).checkpointId).toBe('c1')
+  })
+
+  it('a retry sends the scope of the first try when the same episodes are given, though a restart ended since', async () => {
+    const fleet = await preparedFleet('c1')
+    const {c} = await look(fleet)
+    fleet.server('agent').faults.add('commit', {type: 'status', status: 500})
+    const root = await tempDir()
+    const q = {rolloutId: 'q', attempt: 0}
+    const r = {rolloutId: 'r', attempt: 0}
+    const plan = {checkpointId: 'c1', root, episodes: [q, r], deadlineTs: soon(), rememberScope: true}
+    // First try: q was a restart, so the scope was [r].
+    await expect(commitAndPublish(c, {...plan, restarts: [q]})).rejects.toThrow(/agent: HTTP 500/)
+    expect(JSON.parse(await readFile(path.join(root, 'c1', SCOPE_RECORD), 'utf8'))).toEqual({checkpoint_id: 'c1', given: ['q', 'r'], scope: ['r']})
+    // Other episodes: refused before sending, naming the resume.
+    const before = sent(fleet)
+    const other = await caught(commitAndPublish(c, {...plan, episodes: [r, {rolloutId: 's', attempt: 0}], restarts: [], committedOn: ['env', 'policy', 'res']}))
+    expect(other.code).toBe('input')
+    expect(other.message).toBe(
+      "checkpoint 'c1' was first committed (in part) with another list of 2 episode(s); a retry must give the same episodes (participants that committed refuse another scope, and the rest would commit a different one); nothing was sent. Give the first try's episodes, or resume 'c1' and checkpoint again under a new ID",
+    )
+    expect(other.next).toEqual([nextStep('resume', ['--id', 'c1'])])
+    expect(sent(fleet)).toEqual(before)
+    // The same episodes, q no longer reported: the first try's scope [r] is sent, and the rest commit.
+    const out = await commitAndPublish(c, {...plan, restarts: [], committedOn: ['env', 'policy', 'res']})
+    expect(out.published).toBe(true)
+    for (const [server, reply] of out.replies) expect(reply.episode_ids, server).toEqual([])
+    expect(out.continued).toEqual([r])
+  })
+
+  it('a retry into another directory than the first try (another --root) is refused before sending when some participant committed', async () => {
+    const fleet = await preparedFleet('c1')
+    const {c} = await look(fleet)
+    fleet.server('agent').faults.add('commit', {type: 'status', status: 500})
+    const plan = {checkpointId: 'c1', episodes: [], restarts: [], deadlineTs: soon(), rememberScope: true}
+    await expect(commitAndPublish(c, {...plan, root: await tempDir()})).rejects.toThrow(/agent: HTTP 500/)
+    const before = sent(fleet)
+    const elsewhere = await tempDir()
+    const err = await caught(commitAndPublish(c, {...plan, root: elsewhere, committedOn: ['env', 'policy', 'res']}))
+    expect(err.message).toBe(
+      `env, policy, res already committed 'c1', but ${path.join(elsewhere, 'c1')} holds no record of that first try: a retry must commit into the first try's directory (the same --root, as an absolute path); nothing was sent`,
+    )
+    expect(sent(fleet)).toEqual(before)
+  })
+
+  it('without a record (the one-shot path), a conflicting retry names what it sent', async () => {
+    const fleet = await preparedFleet('c1')
+    const {c} = await look(fleet)
+    fleet.server('agent').faults.add('commit', {type: 'status', status: 500})
+    const root = await tempDir()
+    const q = {rolloutId: 'q', attempt: 0}
+    await expect(commitAndPublish(c, {checkpointId: 'c1', root, episodes: [q], restarts: [q], deadlineTs: soon()})).rejects.toThrow(/agent: HTTP 500/)
+    const err = (await commitAndPublish(c, {checkpointId: 'c1', root, episodes: [q], restarts: [], deadlineTs: soon()}).catch((e: unknown) => e)) as CoordinationError
+    expect(err.failures.filter((f) => f.code === 'checkpoint_conflict').map((f) => f.server)).toEqual(['env', 'policy', 'res'])
+    expect(err.message).toMatch(/\. a retry of a commit must send the directory and scope of the first try: this one sent \S+c1 and 1 episode\(s\)$/)
   })
 
   it('no checkpoint open: fleet_state, next step prepare (with the root named again), nothing sent', async () => {
