@@ -7,8 +7,10 @@ import {Fleet, FleetMember, FleetOptions} from '../../src/control-plane/fleet.js
 import {ParticipantServer} from '../../src/control-plane/server.js'
 import {SimDownstream, SimEnvironment} from '../../src/control-plane/sim.js'
 import {ControlClient} from '../../src/coordination/client.js'
+import {checkpoint} from '../../src/coordination/controller.js'
 import {discover} from '../../src/coordination/discover.js'
 import {Coordinator} from '../../src/coordination/operations.js'
+import {tempDir} from './tmp.js'
 
 export const TOKEN = 'test-token-0123456789abcdef'
 
@@ -112,4 +114,19 @@ export async function fakeParticipant(kind: string, instance: string, commitRepl
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r))
   later(() => new Promise((r) => server.close(r)))
   return `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+}
+
+/**
+ * A fleet of FULL that ran `rollouts` (60 steps of 5 ms) and took a checkpoint continuing each at
+ * attempt 0 into a new root, then crashed: what a restore starts from.
+ */
+export async function checkpointedFleet(rollouts = ['a', 'b']): Promise<{root: string; fleet: Fleet}> {
+  const fleet = await startFleet({members: FULL})
+  const c = await coordinatorFor(fleet)
+  for (const r of rollouts) void fleet.run({rolloutId: r, steps: 60, stepMs: 5})
+  await waitFor(() => (fleet.server('env').participant as SimEnvironment).episodes.size === rollouts.length)
+  const root = await tempDir()
+  await checkpoint(c, {root, timeoutS: 10, episodes: rollouts.map((rolloutId) => ({rolloutId, attempt: 0}))})
+  await fleet.crash()
+  return {root, fleet}
 }

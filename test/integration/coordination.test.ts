@@ -14,7 +14,7 @@ import {discover} from '../../src/coordination/discover.js'
 import {ControllerError, CoordinationError} from '../../src/coordination/errors.js'
 import {Coordinator, prepare, resume, retire} from '../../src/coordination/operations.js'
 import {RunTracker} from '../../src/coordination/runs.js'
-import {FULL, TOKEN, control, coordinatorFor, later, soon, startFleet, waitFor} from '../helpers/fleet.js'
+import {FULL, TOKEN, checkpointedFleet, control, coordinatorFor, later, soon, startFleet, waitFor} from '../helpers/fleet.js'
 import {tempDir} from '../helpers/tmp.js'
 
 function client(opts: {grace?: number; token?: string} = {}): ControlClient {
@@ -272,23 +272,7 @@ describe('checkpoint: failures always end resumed, nothing half-published', () =
 })
 
 /** Episodes a and b checkpointed mid-flight, then every server crashed. */
-async function checkpointed(): Promise<{root: string; fleet: Fleet}> {
-  const fleet = await startFleet({members: FULL})
-  const c = await coordinatorFor(fleet)
-  for (const r of ['a', 'b']) void fleet.run({rolloutId: r, steps: 60, stepMs: 5})
-  await waitFor(() => (fleet.server('env').participant as SimEnvironment).episodes.size === 2)
-  const root = await tempDir()
-  await checkpoint(c, {
-    root,
-    timeoutS: 10,
-    episodes: [
-      {rolloutId: 'a', attempt: 0},
-      {rolloutId: 'b', attempt: 0},
-    ],
-  })
-  await fleet.crash()
-  return {root, fleet}
-}
+const checkpointed = () => checkpointedFleet()
 
 describe('restore', () => {
   it('restores every participant, resumes, and names the replacements', async () => {

@@ -4,31 +4,17 @@
 // anything is sent, unless told to let that state go (--drop-restored).
 import {describe, expect, it} from 'vitest'
 
-import {SimEnvironment} from '../../src/control-plane/sim.js'
 import {checkpoint} from '../../src/coordination/controller.js'
 import {ControllerError} from '../../src/coordination/errors.js'
 import {prepare, resume} from '../../src/coordination/operations.js'
 import {restoreCheckpoint} from '../../src/coordination/restore.js'
-import {FULL, coordinatorFor, startFleet, soon, waitFor} from '../helpers/fleet.js'
+import {FULL, checkpointedFleet, coordinatorFor, startFleet, soon} from '../helpers/fleet.js'
 import {cli} from '../helpers/cli.js'
 import {tempDir} from '../helpers/tmp.js'
 
 /** A fleet restored from a checkpoint that continued a@0 and b@0; neither replacement dispatched. */
 async function restored() {
-  const fleet = await startFleet({members: FULL})
-  const c = await coordinatorFor(fleet)
-  for (const r of ['a', 'b']) void fleet.run({rolloutId: r, steps: 60, stepMs: 5})
-  await waitFor(() => (fleet.server('env').participant as SimEnvironment).episodes.size === 2)
-  const root = await tempDir()
-  await checkpoint(c, {
-    root,
-    timeoutS: 10,
-    episodes: [
-      {rolloutId: 'a', attempt: 0},
-      {rolloutId: 'b', attempt: 0},
-    ],
-  })
-  await fleet.crash()
+  const {root} = await checkpointedFleet()
   const fresh = await startFleet({members: FULL})
   const c2 = await coordinatorFor(fresh)
   await restoreCheckpoint(c2, {location: root, timeoutS: 10})

@@ -30,6 +30,22 @@ function make(opts: ControlPlaneOptions = {}, kind: 'model' | 'agent' = 'agent')
   return {p, cp}
 }
 
+/**
+ * Gives `p` a restored session x-a1 no replacement claimed, whose deletion (the commit's cleanup
+ * of unscoped restored state) blocks: `started` once it began, `release()` lets it end.
+ */
+function blockedCleanup(p: SimDownstream): {started: Promise<void>; release: () => void} {
+  let done!: () => void
+  let called!: () => void
+  const started = new Promise<void>((r) => (called = r))
+  p.deleteRestored = () => {
+    called()
+    return new Promise<void>((r) => (done = r))
+  }
+  p.sessions.set('x-a1', {ep: {rolloutId: 'x', attempt: 1}, chain: 'c', calls: 1, restart: false, restored: true})
+  return {started, release: () => done()}
+}
+
 function session(p: SimDownstream, key: string) {
   const [rolloutId, a] = key.includes('-a') ? [key.split('-a')[0]!, Number(key.split('-a')[1])] : [key, 0]
   p.sessions.set(key, {ep: {rolloutId, attempt: a}, chain: `chain-${key}`, calls: 1, restart: false, restored: false})
@@ -111,14 +127,7 @@ describe('the lease timer, on the real clock', () => {
   it('an expiry that waited for the lock behind the resume of its checkpoint does nothing', async () => {
     const logs: string[] = []
     const {p, cp} = make({leaseGraceSeconds: 0, log: (m) => logs.push(m)})
-    let release!: () => void
-    let called!: () => void
-    const started = new Promise<void>((r) => (called = r))
-    p.deleteRestored = () => {
-      called()
-      return new Promise<void>((r) => (release = r))
-    }
-    p.sessions.set('x-a1', {ep: {rolloutId: 'x', attempt: 1}, chain: 'c', calls: 1, restart: false, restored: true})
+    const {started, release} = blockedCleanup(p)
     const checks = vi.spyOn(cp as unknown as {leaseCheck: () => Promise<void>}, 'leaseCheck')
     const dir = await tempDir()
     await cp.prepare({checkpoint_id: 'c', deadline_ts: soon(0.5)})
@@ -323,14 +332,7 @@ describe('a lease expiry whose reopen outlives its retry period', () => {
   it('gives up after leaseRetryMs (not days), logs it, and resumes on a later try', async () => {
     const logs: string[] = []
     const {p, cp} = make({leaseGraceSeconds: 0, leaseRetryMs: 200, log: (m) => logs.push(m)})
-    let release!: () => void
-    let called!: () => void
-    const started = new Promise<void>((r) => (called = r))
-    p.deleteRestored = () => {
-      called()
-      return new Promise<void>((r) => (release = r))
-    }
-    p.sessions.set('x-a1', {ep: {rolloutId: 'x', attempt: 1}, chain: 'c', calls: 1, restart: false, restored: true})
+    const {started, release} = blockedCleanup(p)
     const dir = await tempDir()
     await cp.prepare({checkpoint_id: 'c', deadline_ts: soon(0.5)})
     const commit = cp.commit({checkpoint_id: 'c', deadline_ts: soon(0.6), checkpoint_dir: dir, episode_ids: []}).catch((e: unknown) => e)

@@ -89,28 +89,45 @@ describe('reading: a scanned line whose start is cut by the read chunk and which
   }
 })
 
+type Write = (this: unknown, b: unknown, off: number, len: number, at: number) => Promise<{bytesWritten: number; buffer?: unknown}>
+
+/**
+ * Runs `fn` with every FileHandle's write replaced by `patched` (given the real one and the call's
+ * number, from 1), restored after; the prototype is reached through a handle opened under `dir`.
+ */
+async function withWrite<T>(dir: string, patched: (real: Write, call: number) => Write, fn: () => Promise<T>): Promise<T> {
+  const probe = await open(path.join(dir, 'probe'), 'w')
+  const proto = Object.getPrototypeOf(probe) as {write: Write}
+  await probe.close()
+  const real = proto.write
+  let calls = 0
+  proto.write = function (this: unknown, ...args: Parameters<Write>) {
+    return patched(real, ++calls).apply(this, args)
+  }
+  try {
+    return await fn()
+  } finally {
+    proto.write = real
+  }
+}
+
 describe('writing: a write of the records file that makes no progress', () => {
   it('is an error naming the temp file and the byte it stopped at, and leaves no file behind', async () => {
     const root = await tempDir()
-    const probe = await open(path.join(root, 'probe'), 'w')
-    const proto = Object.getPrototypeOf(probe) as {write: (this: unknown, b: unknown, off: number, len: number, at: number) => Promise<{bytesWritten: number}>}
-    await probe.close()
-    const write = proto.write
     let calls = 0
     // The first write takes 5 bytes, every later one none; a writer that asks again and again
     // (instead of failing) is stopped after 100 asks.
-    proto.write = async function (this: unknown, b: unknown, off: number, len: number, at: number) {
-      calls++
-      if (calls === 1) return write.call(this, b, off, Math.min(len, 5), at)
-      if (calls > 100) throw new Error('asked 100 times')
-      return {bytesWritten: 0, buffer: b}
-    }
-    let err: Error
-    try {
-      err = await stateError(writeParticipantState({checkpointDir: root, kind: 'environment', instance: 'env', checkpointId: 'c1'}, [line('a'), line('b')]))
-    } finally {
-      proto.write = write
-    }
+    const err = await withWrite(
+      root,
+      (real, call) =>
+        async function (this: unknown, b, off, len, at) {
+          calls = call
+          if (call === 1) return real.call(this, b, off, Math.min(len, 5), at)
+          if (call > 100) throw new Error('asked 100 times')
+          return {bytesWritten: 0, buffer: b}
+        },
+      () => stateError(writeParticipantState({checkpointDir: root, kind: 'environment', instance: 'env', checkpointId: 'c1'}, [line('a'), line('b')])),
+    )
     const dir = participantDir(root, 'environment', 'env')
     const tmp = `${dir}${path.sep}.records.jsonl.`
     expect(err.message.slice(0, `cannot write checkpoint state under ${root}: writing ${tmp}`.length)).toBe(`cannot write checkpoint state under ${root}: writing ${tmp}`)
@@ -123,24 +140,20 @@ describe('writing: a write of the records file that makes no progress', () => {
 describe('writing: a batch is not refilled while its write is in flight', () => {
   it('a slow first write (the system call made late, through the prototype) leaves the file as hashed', async () => {
     const root = await tempDir()
-    const probe = await open(path.join(root, 'probe'), 'w')
-    const proto = Object.getPrototypeOf(probe) as {write: (this: unknown, b: unknown, off: number, len: number, at: number) => Promise<{bytesWritten: number}>}
-    await probe.close()
-    const write = proto.write
     let calls = 0
     // The first write reaches the disk 50 ms late: a writer that refills that batch meanwhile
     // (two batches of 1 MiB, ~3 MiB of lines) writes the refilled bytes under the old digest.
-    proto.write = async function (this: unknown, b: unknown, off: number, len: number, at: number) {
-      calls++
-      if (calls === 1) await new Promise((r) => setTimeout(r, 50))
-      return write.call(this, b, off, len, at)
-    }
     const lines = Array.from({length: 30}, (_, i) => line(`r${i}`, 0, `, "p": "${String.fromCharCode(97 + (i % 26)).repeat(100_000)}"`))
-    try {
-      await writeParticipantState({checkpointDir: root, kind: 'environment', instance: 'env', checkpointId: 'c1'}, lines)
-    } finally {
-      proto.write = write
-    }
+    await withWrite(
+      root,
+      (real, call) =>
+        async function (this: unknown, b, off, len, at) {
+          calls = call
+          if (call === 1) await new Promise((r) => setTimeout(r, 50))
+          return real.call(this, b, off, len, at)
+        },
+      () => writeParticipantState({checkpointDir: root, kind: 'environment', instance: 'env', checkpointId: 'c1'}, lines),
+    )
     expect(calls).toBeGreaterThanOrEqual(3)
     const dir = participantDir(root, 'environment', 'env')
     const got = await readParticipantState(dir)
