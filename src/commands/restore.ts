@@ -15,8 +15,9 @@ export default class Restore extends FleetCommand<typeof Restore> {
   static override description = `First a preflight that sends nothing but status probes: every participant must be a fresh
 process (idle, no open checkpoint, no live episodes or sessions, no restored state, no retired
 marks) or the restore is refused (exit 8) naming each busy server; the checkpoint is verified
-offline (exit 6 if invalid). Then the crashed attempts of restarts are retired, every participant
-restores at once under a new restore ID, and the fleet is resumed (unless --no-resume). If any
+offline (exit 6 if invalid). Then every participant restores at once under a new restore ID, the
+crashed attempts of restarts are retired under that ID while admission is still closed, and the
+fleet is resumed (unless --no-resume). If any
 participant fails, each participant that installed state retires exactly what it installed,
 every participant is resumed, and the restore's own error is reported (exit 4). Dispatch each
 continued episode next at attempt + 1; start restarts over from input at attempt + 1.
@@ -56,8 +57,8 @@ Progress (each phase's stage, the servers still pending, the time left to the de
     const r = await withProgress(
       {
         preflight: {title: 'preflight (fresh fleet, verify the checkpoint)', operations: []},
-        retire: {title: 'retire the crashed attempts of restarts', operations: ['retire']},
         restore: {title: 'restore', operations: ['restore']},
+        retire: {title: 'retire the crashed attempts of restarts', operations: ['retire']},
         resume: {title: 'resume (resources → agent → model → environment)', operations: ['resume']},
       },
       {mode: progressMode(this.jsonEnabled()), signal: this.signal},
@@ -98,7 +99,7 @@ Progress (each phase's stage, the servers still pending, the time left to the de
     const verb = dryRun ? 'would ' : ''
     note(`${dryRun ? 'restore would' : 'restore'} of ${plan.checkpointId}: ${verb}continue ${plan.replacements.length} episode(s) at attempt + 1 on ${plan.participants.length} participant(s)`)
     note(`dispatch next (attempt + 1, from its boundary): ${keys(plan.replacements)}`)
-    note(`start over from input (attempt + 1, old attempt retired${dryRun ? ' first' : ''}): ${keys(plan.restarted.map(nextAttempt))}`)
+    note(`start over from input (attempt + 1, old attempt retired before the resume): ${keys(plan.restarted.map(nextAttempt))}`)
   }
 }
 
