@@ -84,6 +84,12 @@ const commitFields = {
   timings: timings(),
 }
 
+const Missing = z.strictObject({
+  kind: z.string(),
+  instance: z.string(),
+  records: count().nullable(),
+  install: count().nullable().describe('its records in the restore scope (null: not read, --skip-verify)'),
+})
 const restorePlanFields = {
   checkpoint_id: z.string(),
   checkpoint_dir: z.string(),
@@ -94,6 +100,7 @@ const restorePlanFields = {
   participants: z.array(z.strictObject({server: z.string(), kind: z.string(), instance: z.string(), records: count().nullable(), install: count().nullable(), skip: count().nullable()})),
   busy: z.array(z.strictObject({server: z.string(), reasons: z.array(z.string())})).describe('participants that are not fresh processes'),
   unreachable: z.array(Unreachable),
+  missing: z.array(Missing).describe('participants the checkpoint holds state of that no server of the fleet restores'),
   problems: z.array(Problem).describe("the offline verification's problems"),
 }
 
@@ -358,6 +365,7 @@ export const ERROR_DETAILS = [
     'restore --dry-run: the restore would be refused; its plan (and the failures, when a participant did not answer)',
   ),
   details({busy: z.array(Busy)}, 'restore, or conformance --destructive, refused: participants that are not freshly started'),
+  details({missing: z.array(Missing)}, 'restore refused: the checkpoint holds state in its scope of participants no server of the fleet restores'),
   details({checkpoint_dir: z.string(), problems: z.array(Problem)}, 'a checkpoint fails verification: restore refused it, or commit did not publish it'),
   details({restore_id: z.string()}, 'the restore succeeded everywhere, but resuming it failed: resume with this ID'),
   details(

@@ -114,6 +114,7 @@ function planJson(plan: RestorePlan) {
     participants: plan.participants,
     busy: plan.busy,
     unreachable: plan.unreachable.map((u) => ({server: u.server, message: u.message})),
+    missing: plan.missing,
     problems: plan.verify?.problems ?? [],
   }
 }

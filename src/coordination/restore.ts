@@ -2,7 +2,7 @@ import {EpisodeId, captureKey, fromWire, nextAttempt, toWire} from '../protocol/
 import {RESTORED_LISTS, StatusReply} from '../protocol/wire.js'
 import {CheckpointStateError} from '../storage/errors.js'
 import {RestoreOutcome, appendRestoreLog} from '../storage/restore-log.js'
-import {readCheckpointSummary, resolveCheckpoint} from '../storage/root.js'
+import {listParticipantDirs, readCheckpointSummary, resolveCheckpoint} from '../storage/root.js'
 import {VerifyReport, verifyCheckpoint} from '../storage/verify.js'
 import {CallTimer, Log, ParticipantTiming} from './controller.js'
 import {ControllerError, CoordinationError, ParticipantFailure, failureMessage, nextStep} from './errors.js'
@@ -59,6 +59,12 @@ export interface RestorePlan {
   /** Participants that are not fresh, each with its reasons. */
   busy: {server: string; reasons: string[]}[]
   unreachable: ParticipantFailure[]
+  /**
+   * Participants the checkpoint holds state of that no server of the fleet restores: a server not
+   * started, or one that answered 404 and was skipped (checkpointing off). Records in the scope
+   * there would be lost; `install` is null when unknown (--skip-verify).
+   */
+  missing: {kind: string; instance: string; records: number | null; install: number | null}[]
   verify: VerifyReport | null
   /** The controller manifest the checkpoint was published with (null: never published). */
   manifest: string | null
@@ -113,6 +119,10 @@ export async function planRestore(c: Coordinator, opts: RestoreOptions): Promise
     const install = v.episodes.filter((k) => scope.has(k)).length
     return {server: p.server, kind: p.kind, instance: p.instance, records: v.records, install, skip: v.records - install}
   })
+  const here = (x: {kind: string; instance: string}) => c.participants.some((p) => p.kind === x.kind && p.instance === x.instance)
+  const missing = verify
+    ? verify.participants.filter((v) => !here(v)).map((v) => ({kind: v.kind, instance: v.instance, records: v.records, install: v.episodes.filter((k) => scope.has(k)).length}))
+    : (await listParticipantDirs(resolved.checkpointDir).catch(asInvalid)).filter((d) => !here(d)).map((d) => ({kind: d.kind, instance: d.instance, records: null, install: null}))
   return {
     checkpointId: summary?.checkpointId ?? resolved.checkpointId,
     checkpointDir: resolved.checkpointDir,
@@ -121,6 +131,7 @@ export async function planRestore(c: Coordinator, opts: RestoreOptions): Promise
     restarted: summary ? summary.restarted.map(fromWire) : [],
     participants,
     ...fleet,
+    missing,
     verify,
     manifest: summary?.source ?? null,
     controllerState: summary?.controllerState,
@@ -148,6 +159,19 @@ export function assertRestorable(plan: RestorePlan, opts: {dryRun?: boolean} = {
           'A restore there would be refused, and cleaning up after it would retire their work. Point the command at the fresh fleet, or restart these servers first.',
       ),
       {busy: plan.busy},
+    )
+  }
+  // State of a participant the fleet lacks: only records outside the scope may be left behind.
+  const lost = plan.missing.filter((m) => m.install !== 0)
+  if (lost.length) {
+    const list = lost.map((m) => `${m.kind}/${m.instance} (${m.install === null ? 'records not read: --skip-verify' : `${m.install} record(s) in the scope`})`).join(', ')
+    throw new ControllerError(
+      'fleet_state',
+      said(
+        `restore refused, nothing was sent: the checkpoint holds state of ${lost.length} participant(s) no server of this fleet restores: ${list}. ` +
+          'Their episodes would continue without it. Start those servers with checkpointing on (a server that answers 404 on its status is skipped as no participant) and restore again.',
+      ),
+      {missing: lost},
     )
   }
   if (plan.verify && !plan.verify.ok) {

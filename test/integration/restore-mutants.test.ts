@@ -71,6 +71,7 @@ const plan = (over: Partial<RestorePlan> = {}): RestorePlan => ({
   participants: [],
   busy: [],
   unreachable: [],
+  missing: [],
   verify: null,
   manifest: 'gymckpt.json',
   controllerState: undefined,

@@ -6,7 +6,7 @@ import {checkpoint} from '../../src/coordination/controller.js'
 import {ControllerError} from '../../src/coordination/errors.js'
 import {prepare, resume} from '../../src/coordination/operations.js'
 import {assertRestorable, planRestore, restoreBlockers, restoreCheckpoint} from '../../src/coordination/restore.js'
-import {FULL, control, coordinatorFor, soon, startFleet, waitFor} from '../helpers/fleet.js'
+import {FULL, checkpointedFleet, control, coordinatorFor, soon, startFleet, waitFor} from '../helpers/fleet.js'
 import {tempDir} from '../helpers/tmp.js'
 
 const env = (f: Fleet) => f.server('env').participant as SimEnvironment
@@ -187,5 +187,30 @@ describe('restore plan and order', () => {
     const err = await p
     expect((err as ControllerError).code).toBe('interrupted')
     for (const s of c.participants.filter((x) => x.server !== 'res')) expect((await control(s.url, 'status')).json.phase).toBe('idle')
+  })
+})
+
+describe('a fleet that lacks a participant the checkpoint holds state of', () => {
+  it('is refused before anything is sent (exit fleet_state), the dry run too, naming it; state only out of the scope lets it go ahead', async () => {
+    const {root} = await checkpointedFleet(['a', 'b'])
+    // The resources server came back with checkpointing off: it answers 404 and is skipped.
+    const fresh = await startFleet({members: FULL.map((m) => (m.name === 'res' ? {...m, kind: 'none' as const} : m))})
+    const c = await coordinatorFor(fresh)
+    expect(c.participants.map((p) => p.server)).toEqual(['env', 'policy', 'agent'])
+    const plan = await planRestore(c, {location: root})
+    expect(plan.missing).toEqual([{kind: 'resources', instance: 'res', records: 2, install: 2}])
+    expect(() => assertRestorable(plan, {dryRun: true})).toThrow(
+      /^dry run: restore refused, nothing was sent: the checkpoint holds state of 1 participant\(s\) no server of this fleet restores: resources\/res \(2 record\(s\) in the scope\)\. Their episodes would continue without it\./,
+    )
+    const err = (await restoreCheckpoint(c, {location: root}).catch((e: unknown) => e)) as ControllerError
+    expect(err.code).toBe('fleet_state')
+    expect(err.details).toEqual({missing: [{kind: 'resources', instance: 'res', records: 2, install: 2}]})
+    const skipped = (await restoreCheckpoint(c, {location: root, skipVerify: true}).catch((e: unknown) => e)) as ControllerError
+    expect(skipped.message).toContain('resources/res (records not read: --skip-verify)')
+    expect(fresh.servers.flatMap((s) => s.journal.map((j) => j.route)).filter((r) => r !== 'status')).toEqual([])
+    // Nothing of it in the scope (both rollouts skipped): the restore goes ahead without it.
+    const none = await planRestore(c, {location: root, skipRollouts: new Set(['a', 'b'])})
+    expect(none.missing).toEqual([{kind: 'resources', instance: 'res', records: 2, install: 0}])
+    expect(() => assertRestorable(none)).not.toThrow()
   })
 })

@@ -64,6 +64,7 @@ const plan = (verify: Awaited<ReturnType<typeof verifyCheckpoint>>) => ({
   participants: [],
   busy: [],
   unreachable: [],
+  missing: [],
   verify,
   manifest: verify.manifest,
   controllerState: undefined,
