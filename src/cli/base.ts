@@ -33,6 +33,9 @@ export const fleetFlags = {
   'probe-timeout': seconds({summary: 'Seconds one server may take to answer discovery.', default: 60, max: 3600, helpGroup: 'FLEET'}),
 }
 
+/** A second SIGINT/SIGTERM within this many ms of the last one acted on is the same signal delivered twice. */
+export const SIGNAL_REPEAT_MS = 2000
+
 export const timeoutFlag = seconds({summary: 'Seconds the operation may take (sets deadline_ts).', default: 300, max: 86_400})
 
 /**
@@ -59,6 +62,7 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
   protected failureContext: Record<string, unknown> = {}
   private readonly abort = new AbortController()
   private signalHandlers: [NodeJS.Signals, () => void][] = []
+  private lastSignalAt = -Infinity
 
   public override async init(): Promise<void> {
     await super.init()
@@ -73,14 +77,25 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
     this.args = args as BaseArgs<T>
   }
 
-  /** Aborted on the first SIGINT/SIGTERM; a second one exits at once. */
+  /**
+   * Aborted on the first SIGINT/SIGTERM; a second one exits at once. One press or preemption often
+   * arrives twice within milliseconds (the terminal signals the whole process group while npm, a
+   * shell wrapper, Slurm or `tini -g` forwards it too): a repeat within SIGNAL_REPEAT_MS of the
+   * last one acted on is the same signal, so it never cuts short the cleanup that resumes the fleet.
+   */
   protected get signal(): AbortSignal {
     if (this.signalHandlers.length === 0) {
       for (const sig of ['SIGINT', 'SIGTERM'] as const) {
         const h = () => {
-          if (this.abort.signal.aborted) process.exit(EXIT.interrupted)
+          const now = Date.now()
+          if (now - this.lastSignalAt < SIGNAL_REPEAT_MS) return
+          this.lastSignalAt = now
+          if (this.abort.signal.aborted) {
+            process.stderr.write(`\n${sig} again: exiting at once; participants may be left closed until their leases expire (gymckpt status shows them, gymckpt resume reopens them)\n`)
+            process.exit(EXIT.interrupted)
+          }
           if (this.onFirstSignal(sig)) return
-          process.stderr.write(`\n${sig}: stopping cleanly (send again to exit at once)\n`)
+          process.stderr.write(`\n${sig}: stopping cleanly (send again, after ${SIGNAL_REPEAT_MS / 1000} s, to exit at once)\n`)
           this.abort.abort(new ControllerError('interrupted', `interrupted by ${sig}`))
         }
         process.on(sig, h)

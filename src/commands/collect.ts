@@ -48,7 +48,7 @@ as Gym's own collector lays it out, so either can resume the other's run.\n\n${f
   protected override onFirstSignal(sig: NodeJS.Signals): boolean {
     if (this.stopping || !this.collector) return false
     this.stopping = true
-    process.stderr.write(`\n${sig}: checkpointing, then stopping (send again to abort the checkpoint)\n`)
+    process.stderr.write(`\n${sig}: checkpointing, then stopping (send again, after 2 s, to abort the checkpoint)\n`)
     this.collector.requestStop()
     return true
   }

@@ -29,3 +29,24 @@ describe('an interrupt during the preflight', {timeout: 60_000}, () => {
     }
   })
 })
+
+describe('one signal delivered twice', {timeout: 60_000}, () => {
+  it('checkpoint: two SIGINTs 5 ms apart (a terminal and a wrapper forwarding it) are one interrupt: the fleet is resumed, exit 130', async () => {
+    const fleet = await startFleet({members: FULL})
+    // An episode in a long step: prepare waits for its boundary.
+    void fleet.run({rolloutId: 'slow', steps: 2, stepMs: 30_000})
+    await waitFor(() => fleet.server('env').participant!.report().blockers.length === 1, 10_000, 'the episode running')
+    let proc: ReturnType<typeof import('node:child_process').spawn> | undefined
+    const run = cli(['checkpoint', '--episode', 'slow', ...fleet.serverArgs().flatMap((s) => ['--server', s]), '--root', await tempDir(), '--timeout', '60', '--json'], {onSpawn: (p) => (proc = p)})
+    await waitFor(() => fleet.server('env').journal.some((j) => j.route === 'prepare'), 30_000, 'prepare sent')
+    proc!.kill('SIGINT')
+    await new Promise((r) => setTimeout(r, 5))
+    proc!.kill('SIGINT')
+    const r = await run
+    expect(r.code, r.stderr).toBe(130)
+    expect(r.json.error.code).toBe('interrupted')
+    expect(r.stderr).not.toContain('exiting at once')
+    for (const s of fleet.servers.filter((x) => x.controlPlane)) expect((await control(s.url, 'status')).json.phase, s.name).toBe('idle')
+    expect(fleet.server('env').journal.some((j) => j.route === 'resume')).toBe(true)
+  })
+})
