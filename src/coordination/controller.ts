@@ -93,10 +93,16 @@ export class CallTimer {
   }
 }
 
-/** Renews every lease periodically while a long step (waiting, publishing) runs. */
+/**
+ * Renews every lease periodically while a long step (waiting, publishing) runs. One renew at a
+ * time (a tick while the last one is still out is skipped, so a hung participant does not take
+ * every control connection), and stop() cuts an outstanding renew short: the resume or the
+ * report that follows must not wait for it.
+ */
 export class LeaseKeeper {
   private timer: NodeJS.Timeout | null = null
-  private running: Promise<unknown> = Promise.resolve()
+  private running: Promise<unknown> | null = null
+  private readonly ctl = new AbortController()
 
   constructor(
     private readonly c: Coordinator,
@@ -108,9 +114,12 @@ export class LeaseKeeper {
 
   start(): this {
     this.timer = setInterval(() => {
-      this.running = renew({...this.c, signal: undefined, onStage: undefined, onCall: undefined}, this.checkpointId, Date.now() / 1000 + this.extendS).catch((err: Error) =>
-        this.log(`lease renewal failed: ${err.message}`),
-      )
+      if (this.running) return
+      this.running = renew({...this.c, signal: this.ctl.signal, onStage: undefined, onCall: undefined}, this.checkpointId, Date.now() / 1000 + this.extendS)
+        .catch((err: Error) => {
+          if (!this.ctl.signal.aborted) this.log(`lease renewal failed: ${err.message}`)
+        })
+        .finally(() => (this.running = null))
     }, this.everyMs)
     this.timer.unref()
     return this
@@ -119,6 +128,7 @@ export class LeaseKeeper {
   async stop(): Promise<void> {
     if (this.timer) clearInterval(this.timer)
     this.timer = null
+    this.ctl.abort()
     await this.running
   }
 }

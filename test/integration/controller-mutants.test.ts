@@ -377,6 +377,28 @@ describe('checkpoint: errors after prepare, and interrupts', () => {
     expect(await phases(c.participants.map((p) => p.url))).toEqual(['idle', 'idle', 'idle', 'idle'])
   })
 
+  it('the lease keeper sends one renew at a time, and stop() cuts a hung one short without logging it as failed', async () => {
+    const fleet = await startFleet({members: FULL})
+    const c = await coordinatorFor(fleet)
+    await prepare(c, 'c1', soon())
+    fleet.server('res').faults.add('renew', {type: 'hang'}, Infinity)
+    const log: string[] = []
+    const {LeaseKeeper} = await import('../../src/coordination/controller.js')
+    const {waitFor} = await import('../helpers/fleet.js')
+    // Ticks every 20 ms; a renew's own timeout is its deadline (100 s) + 5 s.
+    const k = new LeaseKeeper(c, 'c1', 20, 100, (m) => log.push(m)).start()
+    await waitFor(() => fleet.server('env').journal.some((j) => j.route === 'renew'), 5000, 'a renewal')
+    await new Promise((r) => setTimeout(r, 200))
+    // The first renew hangs on res: the ticks since were skipped, not piled up.
+    expect(fleet.server('env').journal.filter((j) => j.route === 'renew')).toHaveLength(1)
+    const t0 = performance.now()
+    await k.stop()
+    // Not the hung call's 105 s.
+    expect(performance.now() - t0).toBeLessThan(10_000)
+    expect(log).toEqual([])
+    await resume(c, 'c1', soon())
+  })
+
   it('the lease keeper logs a renewal that fails and goes on renewing', async () => {
     const fleet = await startFleet({members: FULL})
     const c = await coordinatorFor(fleet)
