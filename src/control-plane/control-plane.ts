@@ -428,7 +428,7 @@ export class ControlPlane {
       this.checkpointId = id
       this.renewLease(req.deadline_ts)
       const reply = {
-        phase: 'restored',
+        phase: 'restored' as const,
         source_checkpoint_id: state.manifest.checkpoint_id,
         restored: sortedKeys(state.kept.map((r) => nextAttempt(fromCaptureKey(r.key)))),
       }
@@ -442,15 +442,15 @@ export class ControlPlane {
   resume(req: PrepareRequest): Promise<WireReply<'resume'>> {
     const id = req.checkpoint_id
     return this.lock.run(async () => {
-      if (this.resumed.has(id)) return {phase: 'idle' as Phase, idempotent: true}
+      if (this.resumed.has(id)) return {phase: 'idle' as const, idempotent: true}
       if (this.phase === 'idle' && this.checkpointId === null) {
         // Fencing an ID never prepared here refuses a late prepare of an aborted checkpoint.
         this.fence(id)
-        return {phase: 'idle' as Phase, idempotent: true}
+        return {phase: 'idle' as const, idempotent: true}
       }
       this.admit(id, ['preparing', 'prepared', 'committed', 'restored'])
       await this.reopen(id, req.deadline_ts)
-      return {phase: 'idle' as Phase, idempotent: false}
+      return {phase: 'idle' as const, idempotent: false}
     })
   }
 

@@ -1,6 +1,6 @@
 import {z} from 'zod'
 
-import {SAFE_ID_PATTERN} from './episode.js'
+import {SAFE_ID_PATTERN, fromCaptureKey, quoteInput} from './episode.js'
 import {EpisodeIdWire} from './episode-schema.js'
 
 export const CHECKPOINT_ROUTE_PREFIX = '/ng-control/v1/checkpoint'
@@ -128,14 +128,25 @@ export const CommitReply = z.looseObject({
 })
 export type CommitReply = z.infer<typeof CommitReply>
 
+/** A capture key as a participant names one: it must decode (a key that does not is a bad reply, not a crash later). */
+const ReplyCaptureKey = z.string().superRefine((k, ctx) => {
+  try {
+    fromCaptureKey(k)
+  } catch (err) {
+    ctx.addIssue({code: 'custom', message: `${quoteInput(k)} is no capture key: ${(err as Error).message}`})
+  }
+})
+
+/** Only a restore that installed replies `restored` (reference 4.7); any other phase did not. */
 export const RestoreReply = z.looseObject({
-  phase: z.string(),
+  phase: z.literal('restored'),
   source_checkpoint_id: z.string(),
-  restored: z.array(z.string()).default([]),
+  restored: z.array(ReplyCaptureKey).default([]),
 })
 export type RestoreReply = z.infer<typeof RestoreReply>
 
-export const ResumeReply = z.looseObject({phase: z.string(), idempotent: z.boolean().default(false)})
+/** A resume reopens: the reply is phase idle in every version (reference 4.8); any other phase is a participant still closed. */
+export const ResumeReply = z.looseObject({phase: z.literal('idle'), idempotent: z.boolean().default(false)})
 export type ResumeReply = z.infer<typeof ResumeReply>
 
 export const RenewReply = z.looseObject({lease_expires_at: z.number()})

@@ -404,6 +404,37 @@ describe('the one-shot fan-outs', () => {
     expect(waited).toEqual(c.participants.map(() => 60_000))
   })
 
+  it('a 200 reply that says the operation did not happen is a failure: a resume still closed, a restore not restored, a key that is no capture key', async () => {
+    const {fleet, c} = await wide()
+    await prepare(c, 'ck-w', soon())
+    // The participant answers 200 but stays prepared.
+    fleet.server('d-res').faults.add('resume', {type: 'status', status: 200, body: JSON.stringify({phase: 'prepared', report: {ready: true, blockers: [], counts: {}, restarts: []}})})
+    const err = (await resume(c, 'ck-w', soon()).catch((e: unknown) => e)) as CoordinationError
+    expect(err.failures.map((f) => [f.server, f.code])).toEqual([['d-res', 'bad_reply']])
+    expect(err.failures[0]!.message).toMatch(/^unexpected resume reply: phase: /)
+    await resume(c, 'ck-w', soon())
+    const {RestoreReply} = await import('../../src/protocol/wire.js')
+    expect(RestoreReply.safeParse({phase: 'idle', source_checkpoint_id: 'x', restored: []}).success).toBe(false)
+    const bad = RestoreReply.safeParse({phase: 'restored', source_checkpoint_id: 'x', restored: ['r1-a1', '../x']})
+    expect(bad.success).toBe(false)
+    expect(bad.error!.issues[0]!.message).toMatch(/^'\.\.\/x' is no capture key: /)
+    expect(RestoreReply.safeParse({phase: 'restored', source_checkpoint_id: 'x', restored: ['r1-a1']}).success).toBe(true)
+  })
+
+  it('a restore answered 200 without restoring, while another fails, is cleaned up with the rest: replacements retired, everyone resumed', async () => {
+    const {root, fresh, fc} = await restorableE1('ck-b')
+    fresh.server('w-res').faults.add('restore', {type: 'status', status: 200, body: JSON.stringify({phase: 'restored', source_checkpoint_id: 'ck-b', restored: ['../x']})})
+    fresh.server('y-model').faults.add('restore', {type: 'status', status: 500})
+    const err = (await restore(fc, 'rs-b', root, [episode('e1')], soon()).catch((e: unknown) => e)) as CoordinationError
+    expect(err).toBeInstanceOf(CoordinationError)
+    expect(err.failures.map((f) => [f.server, f.code])).toEqual([
+      ['w-res', 'bad_reply'],
+      ['y-model', null],
+    ])
+    for (const s of fresh.servers.filter((x) => x.controlPlane)) expect(s.controlPlane!.phase, s.name).toBe('idle')
+    expect(bodies(fresh, 'retire', 'w-res').map((b) => b.episode_ids)).toEqual([[{rollout_id: 'e1', attempt: 1}]])
+  })
+
   it('encodeBody is the JSON of the body in UTF-8', () => {
     expect(encodeBody({a: 'é', b: [1]}).equals(Buffer.from('{"a":"é","b":[1]}', 'utf8'))).toBe(true)
   })
