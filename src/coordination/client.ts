@@ -33,6 +33,15 @@ export interface ControlClientOptions {
  * Control calls on one dedicated keep-alive dispatcher, never shared with data-plane traffic, so
  * /run calls parked during a checkpoint cannot starve prepare, commit or resume.
  */
+/**
+ * Calls sent once more after a dropped connection (reset, refused): each is safe to repeat with the
+ * same body (reference 9.5: stateless and safe to retry with the same ID; a completed commit
+ * replays its reply, one still writing is awaited, 3.5; resume of a resumed ID is idempotent, 3.6).
+ * Not restore, whose cleanup must know whether the call landed, nor prepare, which waits long.
+ */
+const RETRIED_ON_DROP: ReadonlySet<Operation> = new Set(['resume', 'renew', 'retire', 'forget', 'commit'])
+const RETRY_AFTER_MS = 200
+
 export class ControlClient {
   readonly dispatcher: Dispatcher
   private readonly auth: string
@@ -44,8 +53,9 @@ export class ControlClient {
     this.grace = opts.replyGraceSeconds ?? 5
     // No transport timeouts of undici's own (300 s each for headers and body by default): every
     // call is bounded by its deadline plus the grace (exchange), and a prepare may rightly take
-    // until its deadline, a commit or restore past it (reference 9.2, 3.8).
-    this.dispatcher = new Agent({connections: opts.connections ?? 8, keepAliveTimeout: 30_000, keepAliveMaxTimeout: 600_000, pipelining: 1, headersTimeout: 0, bodyTimeout: 0})
+    // until its deadline, a commit or restore past it (reference 9.2, 3.8). Idle sockets are let go
+    // after 4 s, before uvicorn's 5 s keep-alive closes them under a request.
+    this.dispatcher = new Agent({connections: opts.connections ?? 8, keepAliveTimeout: 4_000, keepAliveMaxTimeout: 600_000, pipelining: 1, headersTimeout: 0, bodyTimeout: 0})
   }
 
   async close(): Promise<void> {
@@ -76,9 +86,16 @@ export class ControlClient {
   ): Promise<CallResult<ReplyOf<O>>[]> {
     const limits = this.limits(this.timeoutMs(deadlineTs), signal)
     const schema = REPLY_SCHEMAS[op] as unknown as z.ZodType<ReplyOf<O>>
+    const once = async (s: ServerRef) => {
+      const r = await this.exchange(s, 'POST', op, body, limits, schema)
+      if (r.ok || r.failure.code !== 'connection' || !RETRIED_ON_DROP.has(op)) return r
+      // A dropped connection, on a call that is safe to send again with the same body: once more.
+      await new Promise((res) => setTimeout(res, RETRY_AFTER_MS))
+      return this.exchange(s, 'POST', op, body, limits, schema)
+    }
     try {
       // onResult hears each server as it settles (per-participant progress and timings).
-      return await Promise.all(servers.map((s) => (onResult ? this.exchange(s, 'POST', op, body, limits, schema).then((r) => (onResult(r), r)) : this.exchange(s, 'POST', op, body, limits, schema))))
+      return await Promise.all(servers.map((s) => (onResult ? once(s).then((r) => (onResult(r), r)) : once(s))))
     } finally {
       limits.dispose()
     }

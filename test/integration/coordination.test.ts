@@ -181,20 +181,35 @@ describe('checkpoint: failures always end resumed, nothing half-published', () =
     expect(await readdir(path.join(root, 'c1'))).toEqual(['gym'])
   })
 
-  it('a crash mid-commit (reply lost after the write) is retried with the same arguments and succeeds', async () => {
+  it('a crash mid-commit (reply lost after the write) is sent again with the same body and replays: the commit succeeds', async () => {
     const fleet = await startFleet({members: FULL})
     const c = await coordinatorFor(fleet)
     const root = await tempDir()
     await prepare(c, 'c1', soon())
     fleet.server('res').faults.add('commit', {type: 'drop-after'})
-    const plan = {checkpointId: 'c1', root, episodes: [], restarts: [], deadlineTs: soon()}
-    const err = await commitAndPublish(c, plan).catch((e: unknown) => e)
-    expect((err as Error).message).toContain('res: connection closed before a reply')
-    expect(await readdir(path.join(root, 'c1'))).toEqual(['gym'])
-    const out = await commitAndPublish(c, plan)
+    const out = await commitAndPublish(c, {checkpointId: 'c1', root, episodes: [], restarts: [], deadlineTs: soon()})
     expect(out.published).toBe(true)
+    const commits = fleet.server('res').journal.filter((j) => j.route === 'commit')
+    expect(commits).toHaveLength(2)
+    expect(commits[1]!.body).toBe(commits[0]!.body)
     expect((await readdir(path.join(root, 'c1'))).sort()).toEqual(['gym', 'gymckpt.json'])
+    // Dropped twice: the failure is reported, nothing published.
     await resume(c, 'c1', soon())
+    await prepare(c, 'c2', soon())
+    fleet.server('res').faults.add('commit', {type: 'drop'}, 2)
+    const err = await commitAndPublish(c, {checkpointId: 'c2', root, episodes: [], restarts: [], deadlineTs: soon()}).catch((e: unknown) => e)
+    expect((err as Error).message).toContain('res: connection closed before a reply')
+    expect(await readdir(path.join(root, 'c2'))).toEqual(['gym'])
+    await resume(c, 'c2', soon())
+  })
+
+  it('a resume whose connection drops once is sent again: the checkpoint closes cleanly', async () => {
+    const fleet = await startFleet({members: FULL})
+    const c = await coordinatorFor(fleet)
+    fleet.server('agent').faults.add('resume', {type: 'drop'})
+    const out = await checkpoint(c, {root: await tempDir(), timeoutS: 10, episodes: []})
+    expect(out.published).toBe(true)
+    for (const s of fleet.servers.filter((x) => x.controlPlane)) expect(s.controlPlane!.phase, s.name).toBe('idle')
   })
 
   it('a participant that hangs is reported once the deadline plus grace passes, and the fleet is resumed', async () => {
