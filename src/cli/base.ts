@@ -4,7 +4,7 @@ import {Command, Flags, Interfaces} from '@oclif/core'
 // commands (verify, prune, help) never load it.
 import type {ControlClient} from '../coordination/client.js'
 import type {Discovery, FleetSource} from '../coordination/discover.js'
-import {ControllerError, NextStep} from '../coordination/errors.js'
+import {ControllerError, CoordinationError, NextStep} from '../coordination/errors.js'
 import type {Coordinator} from '../coordination/operations.js'
 import {EXIT, ExitName, exitCodesHelp} from './exit-codes.js'
 import {reportFailure} from './failure.js'
@@ -151,6 +151,14 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
   protected override async catch(err: Error & {exitCode?: number; oclif?: {exit?: number}}): Promise<void> {
     // oclif's own exit 0 (--help, --version through the parser) is not a failure.
     if (err.oclif?.exit === 0) throw err
+    // A fan-out cut short by SIGINT/SIGTERM fails with 'interrupted' per server: that is the
+    // interrupt (exit 130), not a fleet that failed (exit 3 or 4). Its message and next steps say
+    // what was left as it was.
+    if (this.abort.signal.aborted && err instanceof CoordinationError && err.failures.some((f) => f.code === 'interrupted')) {
+      const cut = new ControllerError('interrupted', `interrupted: ${err.message}`, {operation: err.operation, failures: err.failures}).withNext(...err.next)
+      cut.timings = err.timings
+      err = cut
+    }
     process.exitCode = reportFailure(err, {json: this.jsonEnabled(), context: this.failureContext, nextLine: (s) => this.nextLine(s)})
   }
 

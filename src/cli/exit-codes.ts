@@ -26,7 +26,7 @@ export const EXIT_DESCRIPTIONS: Record<keyof typeof EXIT, string> = {
   unauthorized: 'a participant refused the control token',
   fleet_state: 'the fleet is not in the state the operation needs (e.g. restore into servers holding live work); nothing was sent',
   preempted: 'collect stopped on SIGTERM/SIGINT after publishing a checkpoint; continue with collect --resume (EX_TEMPFAIL)',
-  interrupted: 'interrupted by SIGINT/SIGTERM; the fleet was resumed',
+  interrupted: 'interrupted by SIGINT/SIGTERM: what the command opened was resumed; the message names anything left as it was (a commit or resume cut short) and the line to run',
 }
 
 export type ExitName = keyof typeof EXIT

@@ -50,3 +50,31 @@ describe('one signal delivered twice', {timeout: 60_000}, () => {
     expect(fleet.server('env').journal.some((j) => j.route === 'resume')).toBe(true)
   })
 })
+
+describe('a fan-out cut short by the interrupt', {timeout: 60_000}, () => {
+  it('discover and resume: SIGINT while a call hangs exits 130 as interrupted (not 3 or 4), naming what was cut short', async () => {
+    const fleet = await startFleet({members: FULL})
+    const args = fleet.serverArgs().flatMap((s) => ['--server', s])
+    for (const [command, route, calls] of [
+      [['discover'], 'status', () => 1],
+      [['resume', '--id', 'ck-x'], 'resume', () => fleet.server('res').journal.filter((j) => j.route === 'status').length],
+    ] as const) {
+      const res = fleet.server('res')
+      let hung = false
+      const take = res.faults.take.bind(res.faults)
+      // Discovery's status call hangs for discover; the resume call hangs for resume.
+      res.faults.take = (r: string): Fault | undefined => (r === route && !hung ? ((hung = true), {type: 'hang'}) : take(r))
+      let proc: ReturnType<typeof import('node:child_process').spawn> | undefined
+      const run = cli([...command, ...args, '--json'], {onSpawn: (p) => (proc = p)})
+      await waitFor(() => hung && calls() >= 1, 30_000, `${route} sent`)
+      await new Promise((r) => setTimeout(r, 100))
+      proc!.kill('SIGINT')
+      const r = await run
+      expect(r.code, `${command[0]}: ${r.stdout}`).toBe(130)
+      expect(r.json.error.code).toBe('interrupted')
+      expect(r.json.error.message).toMatch(/^interrupted: /)
+      expect(r.json.error.details.failures.find((f: {server: string}) => f.server === 'res').code).toBe('interrupted')
+      res.faults.take = take
+    }
+  })
+})
