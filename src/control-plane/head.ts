@@ -16,6 +16,14 @@ export interface HeadEntry {
   url: string
 }
 
+/**
+ * The implementation key (the config's second level) of a server of `kind`: shared by every server
+ * of that kind here, as two servers running one implementation share it in Gym.
+ */
+export function implementationOf(kind: string): string {
+  return `${kind === 'none' ? 'judge' : kind}_impl`
+}
+
 /** Gym's global config as a head server holds it: one top-level key per server. */
 export function globalConfig(entries: HeadEntry[]): Record<string, unknown> {
   const cfg: Record<string, unknown> = {
@@ -25,7 +33,7 @@ export function globalConfig(entries: HeadEntry[]): Record<string, unknown> {
   }
   for (const e of entries) {
     const u = new URL(e.url)
-    cfg[e.name] = {[KIND_GROUP[e.kind] ?? 'responses_api_models']: {[e.name]: {entrypoint: 'app.py', host: u.hostname, port: Number(u.port)}}}
+    cfg[e.name] = {[KIND_GROUP[e.kind] ?? 'responses_api_models']: {[implementationOf(e.kind)]: {entrypoint: 'app.py', host: u.hostname, port: Number(u.port)}}}
   }
   return cfg
 }
@@ -48,7 +56,9 @@ export class HeadServer {
           JSON.stringify(
             this.entries.map((e) => {
               const u = new URL(e.url)
-              return {name: e.name, process_name: e.name, server_type: KIND_GROUP[e.kind], host: u.hostname, port: Number(u.port), url: e.url}
+              // As Gym's RunHelper fills them: process_name and config_path are the top-level key,
+              // name the implementation key.
+              return {name: implementationOf(e.kind), process_name: e.name, config_path: e.name, server_type: KIND_GROUP[e.kind], host: u.hostname, port: Number(u.port), url: e.url}
             }),
           ),
         )

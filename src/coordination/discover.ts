@@ -116,7 +116,7 @@ export async function readHeadServer(headUrl: string, timeoutMs: number): Promis
       const inner = Object.values(((v as Record<string, unknown>)[group] ?? {}) as Record<string, {host?: string; port?: number}>)[0]
       fromConfig.set(name, inner?.host && inner?.port ? `http://${inner.host}:${inner.port}` : null)
     }
-    let instances: {name?: string; url?: string; host?: string; port?: number}[] = []
+    let instances: {name?: string; process_name?: string; config_path?: string; url?: string; host?: string; port?: number}[] = []
     try {
       const parsed = JSON.parse(await get('/server_instances')) as unknown
       if (Array.isArray(parsed)) instances = parsed
@@ -124,7 +124,10 @@ export async function readHeadServer(headUrl: string, timeoutMs: number): Promis
       if (fromConfig.size === 0 || [...fromConfig.values()].some((u) => u === null)) throw err
     }
     return [...fromConfig.entries()].map(([name, cfgUrl]) => {
-      const inst = instances.find((i) => i.name === name)
+      // Gym's head server lists each process under its top-level config key as `process_name`
+      // (and `config_path`); its `name` is the implementation key, which servers of one
+      // implementation share. `name` is matched only where an entry has neither.
+      const inst = instances.find((i) => (i.process_name ?? i.config_path ?? i.name) === name)
       const url = inst?.url ?? (inst?.host && inst.port ? `http://${inst.host}:${inst.port}` : cfgUrl)
       if (!url) throw new ControllerError('discovery', `head server names '${name}' but gives no address for it`)
       return {name, url: checkUrl(url, `head server entry ${name}`)}
