@@ -171,7 +171,9 @@ export class ControlClient {
     }
     if (res.statusCode !== 200) {
       const e = parseErrorBody(text)
-      return fail(res.statusCode, e.code, e.detail)
+      // A 401 that is not Gym's envelope (an auth proxy, a framework's own {"detail": ...}) still
+      // refuses the token.
+      return fail(res.statusCode, e.code ?? (res.statusCode === 401 ? 'unauthorized' : null), e.detail)
     }
     let json: unknown
     try {

@@ -81,6 +81,15 @@ describe('discover', () => {
     ).catch((x: unknown) => x)
     expect((bad as ControllerError).code).toBe('unauthorized')
     expect((bad as Error).message).not.toContain('wrong')
+
+    // A 401 without Gym's envelope (an auth proxy in front, a framework's own body) refuses it too.
+    for (const s of fleet.servers) s.faults.add('status', {type: 'status', status: 401, body: '{"detail":"Not authenticated"}'}, 3)
+    const proxied = (await discover(
+      client(),
+      fleet.servers.map((s) => ({name: s.name, url: s.url})),
+    ).catch((x: unknown) => x)) as CoordinationError
+    expect(proxied.code).toBe('unauthorized')
+    expect(proxied.failures.every((f) => f.status === 401 && f.code === 'unauthorized')).toBe(true)
   })
 
   it('a fleet without a policy model fails discovery', async () => {
