@@ -163,7 +163,13 @@ export class ControlClient {
         headersTimeout: 0,
         bodyTimeout: 0,
       })
-      text = await res.body.text()
+      const cap = route === 'commit' || route === 'restore' ? MAX_LIST_REPLY_BYTES : MAX_REPLY_BYTES
+      const read = await readCapped(res.body, cap)
+      if (read === null) {
+        res.body.destroy()
+        return fail(res.statusCode === 200 ? 200 : res.statusCode, 'bad_reply', `${route} reply is larger than ${cap / (1 << 20)} MiB; it was not read`)
+      }
+      text = read
     } catch (err) {
       if (limits.interrupted()) return fail(null, 'interrupted', 'interrupted')
       if (limits.timedOut()) return fail(null, 'timeout', `no reply within ${(timeoutMs / 1000).toFixed(1)} seconds`)
@@ -189,6 +195,26 @@ export class ControlClient {
     }
     return {ok: true, server: server.name, reply: parsed.data}
   }
+}
+
+/**
+ * No control reply comes near these sizes (a commit or restore reply lists capture keys: ~2 MB
+ * for 100,000 episodes); past them a reply is refused unread, not buffered until the process runs
+ * out of memory.
+ */
+export const MAX_REPLY_BYTES = 64 << 20
+export const MAX_LIST_REPLY_BYTES = 512 << 20
+
+/** The body as UTF-8 text, or null once it passes `cap` bytes (the rest is not read). */
+export async function readCapped(body: AsyncIterable<Buffer>, cap: number): Promise<string | null> {
+  const chunks: Buffer[] = []
+  let n = 0
+  for await (const chunk of body) {
+    n += chunk.length
+    if (n > cap) return null
+    chunks.push(chunk)
+  }
+  return Buffer.concat(chunks, n).toString('utf8')
 }
 
 /** No control reply nests anywhere near this deep; past it, a reply would break what reads it. */

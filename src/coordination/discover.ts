@@ -5,7 +5,7 @@ import {z} from 'zod'
 
 import {SAFE_ID_PATTERN, clipInput} from '../protocol/episode.js'
 import {KINDS, Kind, StatusReply} from '../protocol/wire.js'
-import {ControlClient, ServerRef, describeTransportError, isConnectionFailure} from './client.js'
+import {ControlClient, MAX_REPLY_BYTES, ServerRef, describeTransportError, isConnectionFailure, readCapped} from './client.js'
 import {ControllerError, CoordinationError, ParticipantFailure} from './errors.js'
 
 /** Where the candidate servers come from. */
@@ -86,7 +86,8 @@ export async function readHeadServer(headUrl: string, timeoutMs: number): Promis
   const get = async (path: string): Promise<string> => {
     try {
       const res = await request(base + path, {dispatcher: agent, signal: AbortSignal.timeout(timeoutMs)})
-      const text = await res.body.text()
+      const text = await readCapped(res.body, MAX_REPLY_BYTES)
+      if (text === null) throw new ControllerError('discovery', `head server ${base}${path} answered more than ${MAX_REPLY_BYTES / (1 << 20)} MiB; it was not read`)
       if (res.statusCode !== 200) throw new ControllerError('discovery', `head server ${base}${path} answered HTTP ${res.statusCode}`)
       return text
     } catch (err) {

@@ -62,3 +62,29 @@ describe('control calls and transport timeouts', () => {
     expect(r).toMatchObject({ok: false, failure: {server: 'slow', status: null, code: 'timeout'}})
   })
 })
+
+describe('a reply larger than any control reply', () => {
+  it('is refused unread past 64 MiB (status) as a bad reply, not buffered whole', async () => {
+    let sent = 0
+    const server = http.createServer((_req, res) => {
+      res.writeHead(200, {'content-type': 'application/json'})
+      const chunk = Buffer.alloc(1 << 20, 0x20)
+      // Up to 80 MiB of spaces, written as the reader takes them; stops when the client goes.
+      const more = () => {
+        while (sent < 80) {
+          sent++
+          if (!res.write(chunk)) return void res.once('drain', more)
+        }
+        res.end()
+      }
+      res.on('close', () => (sent = Infinity))
+      more()
+    })
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r))
+    later(() => new Promise((r) => server.close(r)))
+    const client = new ControlClient({token: TOKEN})
+    later(() => client.close())
+    const r = await client.status({name: 'big', url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`}, 30_000)
+    expect(r).toEqual({ok: false, failure: {server: 'big', status: 200, code: 'bad_reply', message: 'status reply is larger than 64 MiB; it was not read'}})
+  })
+})
