@@ -94,6 +94,9 @@ export class Collector {
   private pruning: Promise<void> = Promise.resolve()
   private stopWanted = false
   private wake: () => void = () => {}
+  /** The one timer that wakes the loop for a time-based retry, and the time it is set for. */
+  private wakeTimer: NodeJS.Timeout | null = null
+  private wakeTimerAt = Infinity
   /** A published checkpoint whose resume failed on some participant: resumed again, with backoff. */
   private unresumed: {id: string; retryAt: number; backoffMs: number} | null = null
   /** /run refused with admission_closed (the fleet closed by someone else): no dispatch until then. */
@@ -160,6 +163,7 @@ export class Collector {
       return {...this.snapshot(), runId, wallMs: Date.now() - t0, ...end, failedRows: this.failedRows}
     } finally {
       if (timer) clearInterval(timer)
+      if (this.wakeTimer) clearTimeout(this.wakeTimer)
       await this.pruning
       await this.log?.close()
       await this.opts.output.close()
@@ -259,7 +263,10 @@ export class Collector {
   private async loop(runId: string): Promise<Pick<CollectOutcome, 'end' | 'stopCheckpointed'>> {
     for (;;) {
       const woken = new Promise<void>((r) => (this.wake = r))
-      if (this.unresumed && Date.now() >= this.unresumed.retryAt) await this.resumeAgain()
+      if (this.unresumed) {
+        if (Date.now() >= this.unresumed.retryAt) await this.resumeAgain()
+        else this.wakeAt(this.unresumed.retryAt)
+      }
       if (this.stopWanted) {
         // Nothing left to run: the run is finished, not stopped (no --resume is needed).
         if (this.inFlight === 0 && this.queue.length === 0 && this.toRetire.length === 0) return {end: 'finished', stopCheckpointed: false}
@@ -286,7 +293,10 @@ export class Collector {
 
   /** Logs the next batch (one fsync), then sends its /run calls. */
   private async dispatch(): Promise<void> {
-    if (Date.now() < this.admissionHoldUntil) return
+    if (Date.now() < this.admissionHoldUntil) {
+      this.wakeAt(this.admissionHoldUntil)
+      return
+    }
     const batch = this.queue.splice(0, Math.max(0, this.opts.concurrency - this.inFlight))
     if (batch.length === 0) return
     await this.log.append(batch.map((p) => [p.row.rolloutId, p.attempt]))
@@ -447,9 +457,24 @@ export class Collector {
     }
   }
 
-  /** Wakes the loop at `at` (epoch ms), to send what waits for that time. */
+  /**
+   * Wakes the loop at `at` (epoch ms) or later, to send what waits for that time. A timer can fire
+   * before Date.now() reaches `at` (Node counts it from the event loop's cached time), so the loop
+   * arms it again whenever it finds the time not yet come: with nothing in flight, nothing else
+   * would wake it. One timer, kept at the earliest time asked for; it holds the process open.
+   */
   private wakeAt(at: number): void {
-    setTimeout(() => this.wake(), Math.max(0, at - Date.now())).unref()
+    if (this.wakeTimer && this.wakeTimerAt <= at) return
+    if (this.wakeTimer) clearTimeout(this.wakeTimer)
+    this.wakeTimerAt = at
+    this.wakeTimer = setTimeout(
+      () => {
+        this.wakeTimer = null
+        this.wakeTimerAt = Infinity
+        this.wake()
+      },
+      Math.max(0, at - Date.now()),
+    )
   }
 
   /**

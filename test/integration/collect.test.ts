@@ -1,7 +1,7 @@
 import {mkdir, readFile, readdir, utimes, writeFile} from 'node:fs/promises'
 import path from 'node:path'
 
-import {describe, expect, it} from 'vitest'
+import {describe, expect, it, vi} from 'vitest'
 
 import {SimEnvironment} from '../../src/control-plane/sim.js'
 import type {CollectStats} from '../../src/coordination/collect.js'
@@ -198,6 +198,34 @@ describe('collect: checkpoints while rows run', () => {
     expect(out.retried).toBe(0)
     expect((await readDispatched(w.root)).entries.filter(([r]) => r === 'r00')).toHaveLength(4)
     expectSameAsUninterrupted(await readOutput(w.output), reference)
+  })
+
+  it('a wall clock that steps back during an admission pause does not stall the run (the wake-up is armed again)', async () => {
+    // A timer counts from the event loop's own clock, so it can fire before Date.now() reaches
+    // the time it was set for (here: the wall clock steps back 300 ms, as an NTP correction
+    // does). With nothing else in flight, the loop must arm its wake-up again, not wait forever.
+    const fleet = await startFleet({members: FULL})
+    const refused = JSON.stringify({error: {code: 'admission_closed', detail: 'a checkpoint is open'}})
+    fleet.server('env').faults.add('run', {type: 'status', status: 409, body: refused}, 1)
+    const rows = rowsOf(2)
+    const [reference, w] = await Promise.all([uninterrupted(rows), tempDir().then((d) => workdir(d, rows))])
+    const c = await coordinatorFor(fleet)
+    const realNow = Date.now.bind(Date)
+    const logs: string[] = []
+    const log = (m: string) => {
+      logs.push(m)
+      if (m.includes('refused (admission closed)')) vi.spyOn(Date, 'now').mockImplementation(() => realNow() - 300)
+    }
+    try {
+      const {collector} = await inProcess(c, fleet, w, {concurrency: 1, log})
+      const out = await collector.run()
+      expect(out.done).toBe(rows.length)
+      expect(logs.filter((m) => m.includes('refused (admission closed)'))).toEqual(['/run of r00 refused (admission closed): sending again in 100 ms'])
+      expect((await readDispatched(w.root)).entries.filter(([r]) => r === 'r00')).toHaveLength(2)
+      expectSameAsUninterrupted(await readOutput(w.output), reference)
+    } finally {
+      vi.restoreAllMocks()
+    }
   })
 
   it('a checkpoint whose commit fails on one participant is not published, the fleet is resumed, and the run goes on', async () => {
