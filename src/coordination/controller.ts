@@ -494,6 +494,7 @@ export function checkRestoredInScope(statuses: Iterable<readonly [string, Status
  */
 async function firstTryScope(checkpointDir: string, plan: CommitPlan, scope: EpisodeId[] | null): Promise<EpisodeId[] | null> {
   const keys = (l: EpisodeId[] | null) => (l === null ? null : l.map(captureKey).sort())
+  const sorted = (l: string[] | null) => (l === null ? null : [...l].sort())
   const same = (a: string[] | null, b: string[] | null) => (a === null || b === null ? a === b : a.join('\n') === b.join('\n'))
   const given = keys(plan.episodes)
   let prev
@@ -503,8 +504,9 @@ async function firstTryScope(checkpointDir: string, plan: CommitPlan, scope: Epi
     throw new ControllerError('invalid_checkpoint', `cannot read the scope of an earlier try in ${checkpointDir}: ${describeFsError(err)}; nothing was sent`)
   }
   if (prev && prev.checkpoint_id === plan.checkpointId) {
-    if (same(prev.scope, keys(scope))) return scope
-    if (same(prev.given, given)) return prev.scope === null ? null : prev.scope.map(fromCaptureKey)
+    // The first try's list as it was sent, in its order: Gym version A compares the scope of a
+    // write still in flight as given (reference 3.5), so the same set in another order would be refused.
+    if (same(sorted(prev.scope), keys(scope)) || same(prev.given, given)) return prev.scope === null ? null : prev.scope.map(fromCaptureKey)
     throw new ControllerError(
       'input',
       `checkpoint '${plan.checkpointId}' was first committed (in part) with ${prev.given === null ? 'no scope' : `another list of ${prev.given.length} episode(s)`}; a retry must give the same episodes ` +
@@ -520,7 +522,7 @@ async function firstTryScope(checkpointDir: string, plan: CommitPlan, scope: Epi
     ).withNext(nextStep('resume', ['--id', plan.checkpointId]))
   }
   try {
-    await writeScopeRecord(checkpointDir, {checkpoint_id: plan.checkpointId, given, scope: keys(scope)})
+    await writeScopeRecord(checkpointDir, {checkpoint_id: plan.checkpointId, given, scope: scope === null ? null : scope.map(captureKey)})
   } catch (err) {
     throw new ControllerError('invalid_checkpoint', `cannot record the commit's scope in ${checkpointDir}: ${describeFsError(err)}; nothing was sent`)
   }

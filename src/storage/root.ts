@@ -71,7 +71,7 @@ export async function writeControllerManifest(checkpointDir: string, m: Controll
 /** Where a stateless commit records the scope of its first try: `ROOT/ID/.gymckpt-scope.json`. */
 export const SCOPE_RECORD = '.gymckpt-scope.json'
 
-/** The first try of a commit: the episodes the operator gave (capture keys, sorted) and the scope sent. */
+/** The first try of a commit: the episodes the operator gave (capture keys, sorted) and the scope sent (in the order sent). */
 export interface ScopeRecord {
   checkpoint_id: string
   given: string[] | null

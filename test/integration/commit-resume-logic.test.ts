@@ -155,6 +155,30 @@ describe('preparedForCommit: what a stateless commit commits', () => {
     expect(out.continued).toEqual([r])
   })
 
+  it('a retry sends the scope of the first try in the order it was sent, whatever order the episodes are given in now (Gym version A compares an in-flight scope in order)', async () => {
+    const fleet = await preparedFleet('c1')
+    const {c} = await look(fleet)
+    fleet.server('agent').faults.add('commit', {type: 'status', status: 500})
+    const root = await tempDir()
+    const [s, r, q] = ['s', 'r', 'q'].map((id) => ({rolloutId: id, attempt: 0}))
+    const plan = {checkpointId: 'c1', root, restarts: [], deadlineTs: soon(), rememberScope: true}
+    await expect(commitAndPublish(c, {...plan, episodes: [s, q, r]})).rejects.toThrow(/agent: HTTP 500/)
+    expect(JSON.parse(await readFile(path.join(root, 'c1', SCOPE_RECORD), 'utf8'))).toEqual({checkpoint_id: 'c1', given: ['q', 'r', 's'], scope: ['s', 'q', 'r']})
+    const scopes = (server: string) =>
+      fleet
+        .server(server)
+        .journal.filter((j) => j.route === 'commit')
+        .map((j) => (JSON.parse(j.body) as {episode_ids: {rollout_id: string}[]}).episode_ids.map((e) => e.rollout_id))
+    // The same set in another order.
+    await commitAndPublish(c, {...plan, episodes: [r, s, q], committedOn: ['env', 'policy', 'res']})
+    // env committed on the first try and takes the retry as a replay; agent commits it now.
+    expect(scopes('env')).toEqual([
+      ['s', 'q', 'r'],
+      ['s', 'q', 'r'],
+    ])
+    expect(scopes('agent')).toEqual([['s', 'q', 'r']])
+  })
+
   it('a retry into another directory than the first try (another --root) is refused before sending when some participant committed', async () => {
     const fleet = await preparedFleet('c1')
     const {c} = await look(fleet)
