@@ -313,13 +313,16 @@ export async function retireEach(c: Coordinator, checkpointId: string, perServer
   // A cleanup: a stage that fails does not spare the later ones their retires (reference 9.5: a
   // retire failure there is only logged); every failure is raised at the end.
   const failures: ParticipantFailure[] = []
+  // Each batch its own deadline, the same budget from when it is sent, as retire() gives them.
+  const next = batchDeadlines(deadlineTs)
   for (const s of stagesOf(targets, RETIRE_ORDER)) {
     await Promise.all(
       s.members.map(async (m) => {
         const list = perServer.get(m.server)!
         for (let i = 0; i < list.length; i += RETIRE_BATCH) {
-          const body = encodeBody({checkpoint_id: checkpointId, deadline_ts: deadlineTs, episode_ids: list.slice(i, i + RETIRE_BATCH).map(toWire)})
-          const r = await c.client.call({name: m.server, url: m.url}, 'retire', body, deadlineTs, c.signal)
+          const d = next()
+          const body = encodeBody({checkpoint_id: checkpointId, deadline_ts: d, episode_ids: list.slice(i, i + RETIRE_BATCH).map(toWire)})
+          const r = await c.client.call({name: m.server, url: m.url}, 'retire', body, d, c.signal)
           if (!r.ok) return void failures.push(r.failure)
         }
       }),

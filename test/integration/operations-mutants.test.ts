@@ -265,6 +265,31 @@ describe('retire and forget', () => {
     }
   })
 
+  it('retireEach (a cleanup) gives each batch the whole timeout from when it is sent, also at later stages', async () => {
+    const {fleet, c} = await wide()
+    const eps = Array.from({length: RETIRE_BATCH + 1}, (_, i) => episode(`r${i}`))
+    fleet.server('a-env').faults.add('retire', {type: 'delay', ms: 400})
+    const given = soon(5)
+    await retireEach(
+      c,
+      'ret',
+      new Map([
+        ['a-env', eps],
+        ['b-model', [episode('m')]],
+      ]),
+      given,
+    )
+    const deadlines = (server: string) => bodies(fleet, 'retire', server).map((b) => b.deadline_ts as number)
+    const [b1, b2] = deadlines('a-env')
+    expect(b1).toBe(given)
+    expect(b2! - given).toBeGreaterThanOrEqual(0.35)
+    expect(b2! - given).toBeLessThan(5)
+    // The model's stage starts after both environment batches.
+    const [m] = deadlines('b-model')
+    expect(m! - given).toBeGreaterThanOrEqual(0.35)
+    expect(m! - given).toBeLessThan(5)
+  })
+
   it('retireEach sends each participant its own list, in retire order, and skips empty lists', async () => {
     const {fleet, c} = await wide()
     const lists = new Map([
