@@ -196,9 +196,11 @@ export interface RestoreResult extends RestorePlan {
 
 /**
  * Restores a published checkpoint into a fresh fleet, all or nothing: the preflight (refuses a
- * fleet holding work, an invalid checkpoint), then the crashed attempts of restarts are retired
- * on the fresh fleet before anything is installed (as Gym's collector does, so no harness that
- * outlived the crash is ever admitted), then the restore, then resume. A checkpoint resolved
+ * fleet holding work, an invalid checkpoint), then the restore, then the crashed attempts of
+ * restarts are retired while admission is still closed (so no harness that outlived the crash is
+ * ever admitted), then resume. Once the restore succeeded, a first SIGINT/SIGTERM no longer cuts
+ * the retire and the resume short (the fleet would stay closed with those attempts unretired):
+ * they finish, and the caller then learns it was interrupted. A checkpoint resolved
  * inside a root gets a line in ROOT/restores.jsonl whatever the outcome: 'refused' (stopped
  * before anything was sent), 'failed' (something was sent and nothing stays restored), or
  * 'restored' (with an error when only the resume after it failed).
@@ -237,19 +239,16 @@ export async function restoreCheckpoint(c: Coordinator, opts: RestoreOptions): P
     const deadlineTs = Date.now() / 1000 + timeoutS
     const out = await restore(c, restoreId, plan.checkpointDir, plan.continued, deadlineTs, opts.log)
     outcome = 'restored'
+    // The restore stands: what follows finishes it whatever signal comes (a second one within the
+    // command's rules still ends the process at once).
+    const finish: Coordinator = {...c, signal: undefined}
     // The crashed attempts of restarts (and of rows the caller starts over) are retired after the
     // restore, while admission is still closed (retire is valid in phase restored, reference
     // 3.3), not before it: the restore goes to processes as freshly started as they came, with no
     // marks, and nothing of those attempts can run before the resume either way. Its own deadline.
     const retireFirst = [...plan.restarted, ...(opts.retireFirst ?? [])]
     if (retireFirst.length) {
-      await retire(c, restoreId, retireFirst, Date.now() / 1000 + timeoutS).catch((err: unknown) => {
-        if (c.signal?.aborted) {
-          throw new ControllerError('interrupted', `interrupted while retiring the crashed attempts after restore '${restoreId}', which succeeded everywhere; the fleet is still closed`, {
-            restore_id: restoreId,
-            retire: retireFirst.map(toWire),
-          })
-        }
+      await retire(finish, restoreId, retireFirst, Date.now() / 1000 + timeoutS).catch((err: unknown) => {
         const detail = err instanceof CoordinationError ? err.failures.map((f) => `${f.server}: ${failureMessage(f)}`).join('; ') : (err as Error).message
         throw new ControllerError(
           'participant',
@@ -265,13 +264,21 @@ export async function restoreCheckpoint(c: Coordinator, opts: RestoreOptions): P
     }
     let resumed = false
     if (!opts.keepClosed) {
-      await resume(c, restoreId, deadlineTs).catch((err: unknown) => {
+      // The restore's deadline may have passed during the restore and the retire: at least 30 s more.
+      await resume(finish, restoreId, Math.max(deadlineTs, Date.now() / 1000 + 30)).catch((err: unknown) => {
         const detail = err instanceof CoordinationError ? err.failures.map((f) => `${f.server}: ${failureMessage(f)}`).join('; ') : (err as Error).message
         throw new ControllerError('participant', `restore '${restoreId}' of '${plan.checkpointId}' succeeded everywhere, but resuming it failed: ${detail}. Resume it again with its restore ID.`, {
           restore_id: restoreId,
         }).withNext(nextStep('resume', ['--id', restoreId]))
       })
       resumed = true
+    }
+    if (c.signal?.aborted) {
+      throw new ControllerError(
+        'interrupted',
+        `interrupted during restore '${restoreId}' of '${plan.checkpointId}', which succeeded everywhere; ${resumed ? 'the fleet was resumed' : 'the fleet is kept closed, as asked'}`,
+        {restore_id: restoreId},
+      )
     }
     await record('restored', undefined)
     const sizes = new Map(

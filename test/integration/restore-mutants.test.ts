@@ -306,27 +306,38 @@ describe('restoreCheckpoint: timings and the restore log', () => {
     await busy
   })
 
-  it('an interrupt during the retire of restarts after the restore is interrupted, and the fleet is left closed', async () => {
+  it('the resume after the restore and its retire gets at least 30 s more, not what the restore left of its deadline', async () => {
+    const {root, target, tc} = await checkpointed()
+    target.server('agent').faults.add('retire', {type: 'delay', ms: 700})
+    await restoreCheckpoint(tc, {location: root, timeoutS: 1})
+    const body = (route: string) => JSON.parse(target.server('env').journal.find((j) => j.route === route)!.body) as {deadline_ts: number}
+    const restoreDeadline = body('restore').deadline_ts
+    // The retire took most of the 1 s the restore was given; the resume is still given 30 s.
+    expect(body('resume').deadline_ts - restoreDeadline).toBeGreaterThan(29)
+    expect(body('resume').deadline_ts - restoreDeadline).toBeLessThan(60)
+  })
+
+  it('an interrupt during the retire of restarts after the restore lets the retire and the resume finish, then reports the interrupt', async () => {
     const {root, target, tc} = await checkpointed()
     const abort = new AbortController()
-    target.server('agent').faults.add('retire', {type: 'hang'})
-    // Interrupted once the hanging retire is on its way to the agent.
+    target.server('agent').faults.add('retire', {type: 'delay', ms: 300})
+    // Interrupted once the slow retire is on its way to the agent.
     const onCall = (e: {operation: string; server: string; ms: number | null}) => {
       if (e.operation === 'retire' && e.server === 'agent' && e.ms === null) setImmediate(() => abort.abort())
     }
     const p = restoreCheckpoint({...tc, signal: abort.signal, onCall}, {location: root})
     const err = (await p.catch((e: unknown) => e)) as ControllerError
     expect(err.code).toBe('interrupted')
-    expect(err.message).toMatch(/^interrupted while retiring the crashed attempts after restore 'restore-[0-9a-f]+', which succeeded everywhere; the fleet is still closed$/)
+    expect(err.message).toMatch(/^interrupted during restore '(restore-[0-9a-f]+)' of 'ck-1', which succeeded everywhere; the fleet was resumed$/)
+    expect(err.details).toEqual({restore_id: err.message.match(/'(restore-[0-9a-f]+)'/)![1]})
     for (const s of target.servers.filter((x) => x.controlPlane)) {
+      const routes = s.journal.map((j) => j.route)
       expect(
-        s.journal.some((j) => j.route === 'restore'),
+        routes.filter((r) => r === 'restore' || r === 'retire' || r === 'resume'),
         s.name,
-      ).toBe(true)
-      expect(
-        s.journal.some((j) => j.route === 'resume'),
-        s.name,
-      ).toBe(false)
+      ).toEqual(['restore', 'retire', 'resume'])
+      expect(s.controlPlane!.phase, s.name).toBe('idle')
     }
+    expect((await readRestoreLog(root)).entries.map((e) => [e.outcome, e.error])).toEqual([['restored', err.message]])
   })
 })
