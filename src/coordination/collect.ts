@@ -14,6 +14,10 @@ import {RunTracker} from './runs.js'
 
 /** Gym's collector keeps the two newest published checkpoints. */
 export const KEEP_CHECKPOINTS = 2
+/** The deadline of a try to resume a checkpoint whose resume failed (seconds, at most --timeout). */
+const RESUME_AGAIN_S = 30
+/** The same at a stop or the end of the run, where waiting long holds the exit up. */
+const LAST_RESUME_S = 5
 
 export interface CollectOptions {
   rows: Row[]
@@ -99,6 +103,11 @@ export class Collector {
   private wakeTimerAt = Infinity
   /** A published checkpoint whose resume failed on some participant: resumed again, with backoff. */
   private unresumed: {id: string; retryAt: number; backoffMs: number} | null = null
+  /** The try in flight to resume `unresumed` (it runs beside dispatch), and how to cut it short. */
+  private resuming: {done: Promise<void>; abort: AbortController} | null = null
+  /** What a try in the background raised (only an interrupt of the command): the loop raises it. */
+  private resumeFailure: unknown = null
+  private lastResumeTried = false
   /** /run refused with admission_closed (the fleet closed by someone else): no dispatch until then. */
   private admissionHoldUntil = 0
   private admissionBackoffMs = 0
@@ -158,7 +167,7 @@ export class Collector {
       if (timer) clearInterval(timer)
       timer = null
       // A participant left closed by the last checkpoint's failed resume is not left so by the run.
-      if (this.unresumed) await this.resumeAgain()
+      await this.lastResumeTry()
       if (end.end === 'finished') await this.forgetAll([...this.retiredOrRestored])
       return {...this.snapshot(), runId, wallMs: Date.now() - t0, ...end, failedRows: this.failedRows}
     } finally {
@@ -263,20 +272,32 @@ export class Collector {
   private async loop(runId: string): Promise<Pick<CollectOutcome, 'end' | 'stopCheckpointed'>> {
     for (;;) {
       const woken = new Promise<void>((r) => (this.wake = r))
-      if (this.unresumed) {
-        if (Date.now() >= this.unresumed.retryAt) await this.resumeAgain()
+      if (this.resumeFailure) throw this.resumeFailure
+      if (this.unresumed && !this.resuming) {
+        // Tried beside dispatch: a participant that hangs on resume must not hold the rows up.
+        if (Date.now() >= this.unresumed.retryAt) this.resumeInBackground()
         else this.wakeAt(this.unresumed.retryAt)
       }
       if (this.stopWanted) {
         // Nothing left to run: the run is finished, not stopped (no --resume is needed).
         if (this.inFlight === 0 && this.queue.length === 0 && this.toRetire.length === 0) return {end: 'finished', stopCheckpointed: false}
-        // A checkpoint left open by a failed resume would refuse the stop's checkpoint.
-        if (this.unresumed) await this.resumeAgain()
+        // A checkpoint left open by a failed resume would refuse the stop's checkpoint: one short
+        // try to close it; if it stays open, the run stops on the checkpoint LATEST names.
+        if (await this.lastResumeTry()) {
+          this.opts.log(`stopping without a new checkpoint: checkpoint ${this.unresumed!.id} is still open on a participant (LATEST names it)`)
+          return {end: 'stopped', stopCheckpointed: false}
+        }
         return {end: 'stopped', stopCheckpointed: await this.takeCheckpoint(runId)}
       }
       if (this.checkpointWanted) {
         this.checkpointWanted = false
-        if (this.inFlight > 0 || this.tracker.candidates().length > 0) await this.takeCheckpoint(runId)
+        if (this.unresumed) {
+          // Its preflight would refuse it (another checkpoint is open); and no prepare goes out
+          // beside a resume still in flight.
+          this.stats.checkpointsFailed++
+          this.opts.log(`checkpoint not taken: checkpoint ${this.unresumed.id} is not resumed on every participant yet; the run goes on from it`)
+          this.progress()
+        } else if (this.inFlight > 0 || this.tracker.candidates().length > 0) await this.takeCheckpoint(runId)
         continue
       }
       if (this.toRetire.length) {
@@ -479,23 +500,57 @@ export class Collector {
 
   /**
    * Resumes the checkpoint whose resume failed somewhere, on every participant (the ones already
-   * resumed answer idempotent). Until it succeeds it is tried again, 1 s then doubling to 30 s;
-   * the run goes on meanwhile (a participant off the /run path does not hold it up), and a
-   * participant nobody reaches reopens by itself when its lease expires.
+   * resumed answer idempotent). Until it succeeds it is tried again, 1 s then doubling to 30 s,
+   * beside dispatch (resumeInBackground: a participant that hangs does not hold the rows up), and
+   * no checkpoint is taken meanwhile; a participant nobody reaches reopens by itself when its
+   * lease expires. `cut` ends a try early (a stop); it then counts as a failed try.
    */
-  private async resumeAgain(): Promise<void> {
+  private async resumeAgain(cut?: AbortSignal, deadlineS = RESUME_AGAIN_S): Promise<void> {
     const u = this.unresumed!
+    const outer = this.c.signal
+    const signal = cut && outer ? AbortSignal.any([outer, cut]) : (cut ?? outer)
     try {
-      await resume(this.c, u.id, Date.now() / 1000 + this.opts.timeoutS)
+      // A resume is quick where it is answered at all: a short deadline, not the run's --timeout.
+      await resume({...this.c, signal}, u.id, Date.now() / 1000 + Math.min(this.opts.timeoutS, deadlineS))
       this.unresumed = null
       this.opts.log(`checkpoint ${u.id}: resumed on every participant`)
     } catch (err) {
-      if (this.c.signal?.aborted) throw new ControllerError('interrupted', `interrupted while resuming checkpoint '${u.id}' again`)
+      if (outer?.aborted) throw new ControllerError('interrupted', `interrupted while resuming checkpoint '${u.id}' again`)
       u.backoffMs = Math.min(u.backoffMs * 2, 30_000)
       u.retryAt = Date.now() + u.backoffMs
       this.wakeAt(u.retryAt)
       this.opts.log(`resuming checkpoint ${u.id} again failed; next try in ${u.backoffMs / 1000} s: ${(err as Error).message}`)
     }
+  }
+
+  private resumeInBackground(): void {
+    const abort = new AbortController()
+    const done = this.resumeAgain(abort.signal)
+      .catch((err: unknown) => {
+        this.resumeFailure = err
+      })
+      .finally(() => {
+        this.resuming = null
+        this.wake()
+      })
+    this.resuming = {done, abort}
+  }
+
+  /**
+   * At a stop or the end of the run (once): cuts a background try short, then makes one short try
+   * of its own. True when the checkpoint is still open somewhere (its participants reopen by
+   * themselves when their leases end).
+   */
+  private async lastResumeTry(): Promise<boolean> {
+    if (this.lastResumeTried) return this.unresumed !== null
+    this.lastResumeTried = true
+    if (this.resuming) {
+      this.resuming.abort.abort()
+      await this.resuming.done
+    }
+    if (this.resumeFailure) throw this.resumeFailure
+    if (this.unresumed) await this.resumeAgain(undefined, LAST_RESUME_S)
+    return this.unresumed !== null
   }
 
   /** Keeps the two newest published checkpoints; removes older ones and partial ones. */

@@ -174,6 +174,44 @@ describe('collect: checkpoints while rows run', () => {
     expectSameAsUninterrupted(await readOutput(w.output), reference)
   })
 
+  it('a participant that hangs on the resume tried again holds up neither the rows nor a stop', async () => {
+    const fleet = await startFleet({members: [...FULL, {name: 'res2', kind: 'resources'}]})
+    const env = fleet.server('env').participant as SimEnvironment
+    env.downstream = env.downstream.filter((d) => d.name !== 'res2')
+    // The checkpoint's own resume fails on res2; every try after it hangs (until its deadline + 5 s).
+    fleet.server('res2').faults.add('resume', {type: 'status', status: 500}, 1).add('resume', {type: 'hang'}, Infinity)
+    const rows = makeRows(40, {stepMs: 100})
+    const w = await workdir(await tempDir(), rows)
+    let hungAt = Infinity
+    const c = await coordinatorFor(fleet)
+    const onCall = (e: {operation: string; server: string; ms: number | null}) => {
+      if (e.operation === 'resume' && e.server === 'res2' && e.ms === null && logs.some((l) => l.includes('published, but'))) hungAt = Math.min(hungAt, performance.now())
+    }
+    let stats: CollectStats | undefined
+    const {collector, logs} = await inProcess({...c, onCall}, fleet, w, {concurrency: 4, timeoutS: 3, onProgress: (s) => (stats = s)})
+    const done = collector.run()
+    await waitFor(() => (stats?.inFlight ?? 0) >= 2 && (stats?.queued ?? 0) >= 1, 10_000, 'rows in flight and queued')
+    collector.requestCheckpoint()
+    await waitFor(() => hungAt < Infinity, 10_000, 'the resume tried again, hanging on res2')
+    // Rows are still sent while that try hangs (it takes 3 + 5 s).
+    const sentAfter = () => fleet.server('env').journal.filter((j) => j.route === 'run' && j.at > hungAt).length
+    await waitFor(() => sentAfter() >= 2, 4000, 'rows sent while the resume hangs')
+    // A checkpoint asked for meanwhile is not taken: the last one is still open on res2.
+    collector.requestCheckpoint()
+    await waitFor(() => logs.some((l) => l.startsWith('checkpoint not taken: checkpoint ')), 4000, 'the checkpoint skipped')
+    const stopAt = performance.now()
+    collector.requestStop()
+    const out = await done
+    // The hanging try is cut short; one try of 3 s (+ 5 s grace) more, then the run stops.
+    expect(performance.now() - stopAt).toBeLessThan(12_000)
+    expect(out.end).toBe('stopped')
+    expect(out.stopCheckpointed).toBe(false)
+    expect(out.checkpoints).toBe(1)
+    expect(out.checkpointsFailed).toBe(1)
+    expect(logs).toContain(`stopping without a new checkpoint: checkpoint ${out.lastCheckpointId} is still open on a participant (LATEST names it)`)
+    expect(await readFile(path.join(w.root, 'LATEST'), 'utf8')).toBe(out.lastCheckpointId)
+  }, 40_000)
+
   it('a /run refused with admission_closed is sent again after a pause that doubles, not in a loop', async () => {
     const fleet = await startFleet({members: FULL})
     const refused = JSON.stringify({error: {code: 'admission_closed', detail: 'a checkpoint is open'}})
