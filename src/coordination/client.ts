@@ -1,6 +1,7 @@
 import {Agent, Dispatcher, errors as undiciErrors, request} from 'undici'
 import {z} from 'zod'
 
+import {clipInput} from '../protocol/episode.js'
 import {parseErrorBody} from '../protocol/errors.js'
 import {CHECKPOINT_ROUTE_PREFIX, Operation, REPLY_SCHEMAS, ReplyOf, StatusReply} from '../protocol/wire.js'
 import {ParticipantFailure} from './errors.js'
@@ -174,6 +175,13 @@ export class ControlClient {
       if (limits.interrupted()) return fail(null, 'interrupted', 'interrupted')
       if (limits.timedOut()) return fail(null, 'timeout', `no reply within ${(timeoutMs / 1000).toFixed(1)} seconds`)
       return fail(null, 'connection', describeTransportError(err))
+    }
+    if (res.statusCode >= 300 && res.statusCode < 400) {
+      // Not followed: the control token goes only to the address the operator gave (as curl and
+      // browsers drop credentials on a redirect elsewhere); an http→https proxy is the usual cause.
+      const to = res.headers.location
+      const where = typeof to === 'string' && to ? `to ${clipInput(to, 200)}` : 'with no location'
+      return fail(res.statusCode, 'redirect', `${where}: not followed (the control token is sent only to the address given); give the server's address as the redirect names it`)
     }
     if (res.statusCode !== 200) {
       const e = parseErrorBody(text)
