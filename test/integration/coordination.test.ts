@@ -282,11 +282,20 @@ describe('checkpoint: failures always end resumed, nothing half-published', () =
     const c = await coordinatorFor(fleet)
     const tracker = new RunTracker()
     let finished = false
-    // An outstanding /run the participants no longer hold: its reply is on its way.
+    // An outstanding /run the participants no longer hold: its reply is on its way, and comes
+    // 50 ms after the checkpoint starts waiting for replies (not after a fixed time, which a
+    // loaded machine's prepare could outlast).
+    let reply!: () => void
     tracker.track(
       {rolloutId: 'late', attempt: 0},
-      new Promise((r) => setTimeout(r, 300)).then(() => (finished = true)),
+      new Promise<void>((r) => (reply = r)).then(() => (finished = true)),
     )
+    const wait = tracker.waitForReplies.bind(tracker)
+    tracker.waitForReplies = (...args) => {
+      const waiting = wait(...args)
+      setTimeout(reply, 50)
+      return waiting
+    }
     const out = await checkpoint(c, {root: await tempDir(), tracker, timeoutS: 10})
     expect(finished).toBe(true)
     expect(out.awaitedRuns).toEqual([{rolloutId: 'late', attempt: 0}])
