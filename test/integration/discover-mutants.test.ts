@@ -249,6 +249,16 @@ describe('head server', () => {
     expect(await readHeadServer(none.url, 5000)).toEqual([])
   })
 
+  it('an instance list that is not JSON, needed for a server the config gives no address, is a discovery error', async () => {
+    const h = await head({
+      '/global_config_dict_yaml': gymConfig({a: {resources_servers: {impl: {host: '10.0.0.1'}}}}),
+      '/server_instances': {body: '<html>proxy error</html>'},
+    })
+    const e = await failure(readHeadServer(h.url, 5000))
+    expect(e.code).toBe('discovery')
+    expect(e.message).toBe(`head server ${h.url}/server_instances answered something that is not JSON`)
+  })
+
   it('a server with no address anywhere, or a bad one, is named', async () => {
     const h = await head({
       '/global_config_dict_yaml': gymConfig({a: {resources_servers: {impl: {host: '10.0.0.1'}}}}),
