@@ -209,6 +209,17 @@ describe('fan-out', () => {
 })
 
 describe('timeouts and interrupts', () => {
+  it('a stage that timed out stays timed out when the caller aborts afterwards', async () => {
+    // The stage times out (0.1 s, no grace) while a dropped commit waits 200 ms to be sent again;
+    // the caller's abort after that does not turn the timeout into an interrupt.
+    const p = await participant(() => 'drop')
+    const ac = new AbortController()
+    const t = setTimeout(() => ac.abort(), 150)
+    const r = await client({grace: 0}).call({name: 'p', url: p.url}, 'commit', body, Date.now() / 1000 + 0.1, ac.signal)
+    clearTimeout(t)
+    expect(r).toMatchObject({ok: false, failure: {server: 'p', status: null, code: 'timeout'}})
+  })
+
   it('a silent participant fails at the timeout, named in seconds; the timer is at least 1 ms', async () => {
     const p = await participant(() => 'hang')
     expect(await client().status({name: 'p', url: p.url}, 1049.5)).toEqual({ok: false, failure: {server: 'p', status: null, code: 'timeout', message: 'no reply within 1.1 seconds'}})
