@@ -7,14 +7,14 @@ import {AddressInfo} from 'node:net'
 import {writeFile} from 'node:fs/promises'
 import path from 'node:path'
 
-import {describe, expect, it} from 'vitest'
+import {describe, expect, it, vi} from 'vitest'
 import {parse as parseYaml, stringify} from 'yaml'
 
 import {CallResult, ControlClient, ServerRef} from '../../src/coordination/client.js'
 import {discover, isSafeComponent, parseServerArg, readFleetFile, readHeadServer, resolveSource, sortParticipants} from '../../src/coordination/discover.js'
 import {ControllerError, CoordinationError} from '../../src/coordination/errors.js'
 import {StatusReply} from '../../src/protocol/wire.js'
-import {later} from '../helpers/fleet.js'
+import {later, waitFor} from '../helpers/fleet.js'
 import {tempDir} from '../helpers/tmp.js'
 
 type Route = {status?: number; body: string} | 'hang'
@@ -322,6 +322,23 @@ describe('head server', () => {
     expect(e3.message).toMatch(/timeout|abort/i)
   })
 
+  it('closes its connections to the head server once it has read it', async () => {
+    const cfg = JSON.stringify(stringify({a: {resources_servers: {impl: {host: '10.0.0.1', port: 1}}}}))
+    const server = http.createServer((req, res) => {
+      res.writeHead(200, {'content-type': 'application/json'})
+      res.end(req.url === '/server_instances' ? '[]' : cfg)
+    })
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()))
+    later(async () => {
+      server.closeAllConnections()
+      await new Promise((r) => server.close(r))
+    })
+    const open = () => new Promise<number>((r, j) => server.getConnections((err, n) => (err ? j(err) : r(n))))
+    expect(await readHeadServer(`http://127.0.0.1:${(server.address() as AddressInfo).port}`, 5000)).toEqual([{name: 'a', url: 'http://10.0.0.1:1'}])
+    // Kept alive, they would stay open for undici's 4 s keep-alive.
+    await waitFor(async () => (await open()) === 0, 2000, 'the head connections to close')
+  })
+
   it('a reply past the size cap is refused unread', async () => {
     const cap = 64 << 20
     const server = http.createServer((_req, res) => {
@@ -487,6 +504,30 @@ describe('discover', () => {
     const e = (await failure(discover(client, refs('p', 'down'), {probeTimeoutMs: 100, tries: 50}))) as CoordinationError
     expect(e.failures).toEqual([{server: 'down', status: null, code: 'timeout', message: 'no status reply within 0.1 seconds'}])
     expect(calls.filter((c) => c.server === 'down').length).toBeLessThan(50)
+  })
+
+  it('the last wait is cut to the probe bound, and the probe ends there', async () => {
+    vi.useFakeTimers()
+    try {
+      const {client, calls} = scripted({p: [model], down: [refused]})
+      let settled: unknown = null
+      void discover(client, refs('p', 'down'), {probeTimeoutMs: 250, tries: 50}).then(
+        () => (settled = 'resolved'),
+        (e: unknown) => (settled = e),
+      )
+      // Tries at 0 and 200 ms; the next wait would be 400 ms, cut to the 50 ms left.
+      await vi.advanceTimersByTimeAsync(199)
+      expect(calls.filter((c) => c.server === 'down').length).toBe(1)
+      await vi.advanceTimersByTimeAsync(1)
+      expect(calls.filter((c) => c.server === 'down').length).toBe(2)
+      expect(settled).toBeNull()
+      await vi.advanceTimersByTimeAsync(50)
+      expect(settled).toBeInstanceOf(CoordinationError)
+      expect((settled as CoordinationError).failures).toEqual([{server: 'down', status: null, code: 'timeout', message: 'no status reply within 0.25 seconds'}])
+      expect(calls.filter((c) => c.server === 'down').length).toBe(2)
+    } finally {
+      vi.useRealTimers()
+    }
   })
 
   it('a timeout reply is reported with the probe bound, never retried', async () => {
