@@ -2,6 +2,7 @@
 // file helpers' results and what they leave on disk, and the schema helpers (tests of StrykerJS's
 // surviving mutants of coordination/errors.ts, storage/errors.ts, storage/fsutil.ts,
 // storage/manifest-schemas.ts, protocol/episode-schema.ts and storage/sha256.ts).
+import {createHash} from 'node:crypto'
 import {mkdir, readFile, readdir, writeFile} from 'node:fs/promises'
 import path from 'node:path'
 
@@ -12,6 +13,7 @@ import {ControllerError, CoordinationError, failureMessage, nextStep} from '../.
 import {CheckpointStateError, WriteStoppedError} from '../../src/storage/errors.js'
 import {createExclusive, mapLimit, probeWritableDir, replaceAtomic, tempName} from '../../src/storage/fsutil.js'
 import {describeIssue} from '../../src/storage/manifest-schemas.js'
+import {Sha256} from '../../src/storage/sha256.js'
 import {tempDir} from '../helpers/tmp.js'
 
 describe('coordination errors', () => {
@@ -154,5 +156,23 @@ describe('schema helpers', () => {
     const root = z.string().safeParse(1)
     expect(describeIssue(root.error!)).toMatch(/^\(root\): \S/)
     expect(describeIssue(new z.ZodError([]))).toBe('invalid')
+  })
+})
+
+describe('Sha256', () => {
+  it('pads a last block of 55 to 63 bytes over the bytes an earlier block left in its buffer', () => {
+    // 10 + 54 bytes fill the block buffer whole; the last update leaves its bytes in the buffer's
+    // start, and the buffer's end still holds the second update's bytes: padding must zero them.
+    const bytes = (n: number, seed: number) => Uint8Array.from({length: n}, (_, i) => (i * 31 + seed) % 251 || 1)
+    for (let tail = 55; tail < 64; tail++) {
+      const parts = [bytes(10, 1), bytes(54, 2), bytes(tail, 3)]
+      const h = new Sha256()
+      const want = createHash('sha256')
+      for (const p of parts) {
+        h.update(p)
+        want.update(p)
+      }
+      expect(h.digest('hex'), `last block of ${tail} bytes`).toBe(want.digest('hex'))
+    }
   })
 })
