@@ -114,6 +114,12 @@ describe('file helpers', () => {
     expect(await readdir(dir)).toEqual(['LATEST'])
     const missing = path.join(dir, 'no', 'such')
     await expect(createExclusive(missing, 'x')).rejects.toMatchObject({code: 'ENOENT'})
+    // A link that fails for another reason than an existing name (a trailing slash: the name would
+    // have to be a directory) is that failure, not "already there".
+    const err = (await createExclusive(path.join(dir, 'other') + '/', 'x').catch((e: unknown) => e)) as NodeJS.ErrnoException
+    expect(err).toBeInstanceOf(Error)
+    expect(err.code).not.toBe('EEXIST')
+    expect(await readdir(dir)).toEqual(['LATEST'])
   })
 
   it('replaceAtomic replaces a file whole and leaves no temp file, also when it fails', async () => {
