@@ -6,7 +6,7 @@ import {createHash} from 'node:crypto'
 import {mkdir, readFile, readdir, writeFile} from 'node:fs/promises'
 import path from 'node:path'
 
-import {describe, expect, it} from 'vitest'
+import {describe, expect, it, vi} from 'vitest'
 import {z} from 'zod'
 
 import {ControllerError, CoordinationError, failureMessage, nextStep} from '../../src/coordination/errors.js'
@@ -151,6 +151,74 @@ describe('file helpers', () => {
     const err = (await probeWritableDir(under).catch((e: unknown) => e)) as NodeJS.ErrnoException
     expect(err.code).toBe('ENOTDIR')
     expect(err.syscall).toBe('stat')
+  })
+})
+
+/**
+ * fsutil loaded afresh with node:fs/promises' `open` wrapped, so that each sync and close of a file
+ * handle it opens is recorded (what it fsyncs is its whole effect, and nothing else shows it).
+ */
+async function recordingFsutil(): Promise<{fsutil: typeof import('../../src/storage/fsutil.js'); events: string[]}> {
+  const fsp = process.getBuiltinModule('node:fs/promises')
+  const realOpen = fsp.open
+  const events: string[] = []
+  fsp.open = (async (...args: Parameters<typeof realOpen>) => {
+    const fh = await realOpen(...args)
+    const name = String(args[0])
+    const sync = fh.sync.bind(fh)
+    const close = fh.close.bind(fh)
+    fh.sync = () => (events.push(`sync ${name}`), sync())
+    fh.close = () => (events.push(`close ${name}`), close())
+    return fh
+  }) as typeof realOpen
+  try {
+    vi.resetModules()
+    return {fsutil: await import('../../src/storage/fsutil.js'), events}
+  } finally {
+    fsp.open = realOpen
+  }
+}
+
+describe('fsync helpers', () => {
+  it('fsyncUpTo syncs and closes the directory and each parent up to and including the top, and no further', async () => {
+    const {fsutil, events} = await recordingFsutil()
+    const top = await tempDir()
+    const leaf = path.join(top, 'a', 'b')
+    await mkdir(leaf, {recursive: true})
+    await fsutil.fsyncUpTo(leaf + path.sep, top)
+    const each = (d: string) => [`sync ${d}`, `close ${d}`]
+    expect(events.splice(0)).toEqual([...each(leaf), ...each(path.join(top, 'a')), ...each(top)])
+    await fsutil.fsyncUpTo(top, top)
+    expect(events.splice(0)).toEqual(each(top))
+    // A top that does not contain the directory: the directory alone.
+    const other = await tempDir()
+    await fsutil.fsyncUpTo(leaf, other)
+    expect(events.splice(0)).toEqual(each(leaf))
+  })
+
+  it('fsyncDir fails for a directory that cannot be opened, and syncs and closes one that can', async () => {
+    const {fsutil, events} = await recordingFsutil()
+    const top = await tempDir()
+    await expect(fsutil.fsyncDir(path.join(top, 'gone'))).rejects.toMatchObject({code: 'ENOENT'})
+    expect(events).toEqual([])
+    await fsutil.fsyncDir(top)
+    expect(events).toEqual([`sync ${top}`, `close ${top}`])
+  })
+
+  it('the files the helpers write are synced and closed', async () => {
+    const {fsutil, events} = await recordingFsutil()
+    const dir = await tempDir()
+    const f = path.join(dir, 'LATEST')
+    expect(await fsutil.createExclusive(f, 'x')).toBe(true)
+    const tmp = events[0]!.slice('sync '.length)
+    expect(path.dirname(tmp)).toBe(dir)
+    expect(events.splice(0)).toEqual([`sync ${tmp}`, `close ${tmp}`])
+    await fsutil.replaceAtomic(f, 'y')
+    const tmp2 = events[0]!.slice('sync '.length)
+    expect(events.splice(0)).toEqual([`sync ${tmp2}`, `close ${tmp2}`, `sync ${dir}`, `close ${dir}`])
+    await fsutil.probeWritableDir(dir)
+    expect(events.length).toBe(1)
+    expect(events[0]).toMatch(/^close .*\.gymckpt-probe\.[0-9a-f]{8}$/)
   })
 })
 
