@@ -96,9 +96,14 @@ describe('the client', () => {
     expect(t).toBeLessThanOrEqual(12_000)
   })
 
-  it('can be closed twice', async () => {
+  it('once closed sends nothing more, and can be closed twice', async () => {
+    const p = await participant(() => ok(STATUS))
     const c = new ControlClient({token: TOKEN})
+    expect((await c.status({name: 'p', url: p.url}, 5000)).ok).toBe(true)
     await c.close()
+    const r = await c.status({name: 'p', url: p.url}, 5000)
+    expect(r).toMatchObject({ok: false, failure: {server: 'p', status: null, code: 'connection'}})
+    expect(p.seen.length).toBe(1)
     await expect(c.close()).resolves.toBeUndefined()
   })
 
