@@ -14,6 +14,7 @@ import {CheckpointStateError, WriteStoppedError} from '../../src/storage/errors.
 import {createExclusive, mapLimit, probeWritableDir, replaceAtomic, tempName} from '../../src/storage/fsutil.js'
 import {describeIssue} from '../../src/storage/manifest-schemas.js'
 import {Sha256} from '../../src/storage/sha256.js'
+import {mountTmpfs} from '../helpers/fault-matrix.js'
 import {tempDir} from '../helpers/tmp.js'
 
 describe('coordination errors', () => {
@@ -113,7 +114,8 @@ describe('file helpers', () => {
     expect(await readFile(f, 'utf8')).toBe('one\n')
     expect(await readdir(dir)).toEqual(['LATEST'])
     const missing = path.join(dir, 'no', 'such')
-    await expect(createExclusive(missing, 'x')).rejects.toMatchObject({code: 'ENOENT'})
+    // The write's own error, not that of removing a temp file it never created.
+    await expect(createExclusive(missing, 'x')).rejects.toMatchObject({code: 'ENOENT', syscall: 'open'})
     // A link that fails for another reason than an existing name (a trailing slash: the name would
     // have to be a directory) is that failure, not "already there".
     const err = (await createExclusive(path.join(dir, 'other') + '/', 'x').catch((e: unknown) => e)) as NodeJS.ErrnoException
@@ -134,6 +136,7 @@ describe('file helpers', () => {
     await mkdir(d)
     await writeFile(path.join(d, 'x'), 'x')
     await expect(replaceAtomic(d, 'data')).rejects.toMatchObject({code: expect.stringMatching(/^E/)})
+    await expect(replaceAtomic(path.join(dir, 'no', 'such'), 'data')).rejects.toMatchObject({code: 'ENOENT', syscall: 'open'})
     expect((await readdir(dir)).sort()).toEqual(['state.json', 'taken'])
   })
 
@@ -219,6 +222,25 @@ describe('fsync helpers', () => {
     await fsutil.probeWritableDir(dir)
     expect(events.length).toBe(1)
     expect(events[0]).toMatch(/^close .*\.gymckpt-probe\.[0-9a-f]{8}$/)
+  })
+})
+
+describe('file helpers on a full file system', () => {
+  // Root mounts a small tmpfs (Linux): a write that the open allowed fails part-way with ENOSPC.
+  it.skipIf(process.getuid?.() !== 0 || process.platform !== 'linux')('a write that fails after its temp file was created leaves no temp file', async () => {
+    const dir = path.join(await tempDir(), 'small')
+    const unmount = await mountTmpfs(dir, 'size=64k')
+    try {
+      const big = Buffer.alloc(1 << 20, 0x61)
+      await expect(createExclusive(path.join(dir, 'LATEST'), big)).rejects.toMatchObject({code: 'ENOSPC'})
+      expect(await readdir(dir)).toEqual([])
+      await writeFile(path.join(dir, 'state.json'), '{}')
+      await expect(replaceAtomic(path.join(dir, 'state.json'), big)).rejects.toMatchObject({code: 'ENOSPC'})
+      expect(await readdir(dir)).toEqual(['state.json'])
+      expect(await readFile(path.join(dir, 'state.json'), 'utf8')).toBe('{}')
+    } finally {
+      unmount()
+    }
   })
 })
 
