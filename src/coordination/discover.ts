@@ -122,7 +122,8 @@ export async function readHeadServer(headUrl: string, timeoutMs: number): Promis
       const parsed = JSON.parse(await get('/server_instances')) as unknown
       if (Array.isArray(parsed)) instances = parsed
     } catch (err) {
-      if (fromConfig.size === 0 || [...fromConfig.values()].some((u) => u === null)) throw err
+      if (fromConfig.size === 0 || [...fromConfig.values()].some((u) => u === null))
+        throw err instanceof ControllerError ? err : new ControllerError('discovery', `head server ${base}/server_instances answered something that is not JSON`)
     }
     return [...fromConfig.entries()].map(([name, cfgUrl]) => {
       // Gym's head server lists each process under its top-level config key as `process_name`
