@@ -107,3 +107,43 @@ describe('dicts nested as plain objects', () => {
     expect(pyDumps({a: new PyFloat(1)})).toBe('{"a": 1.0}')
   })
 })
+
+describe('the reader: what only an error shows', () => {
+  it('a value that starts with a character no JSON value starts with is named, even one that sorts before the digits', () => {
+    for (const [text, at] of [
+      ['+1', 0],
+      ['.5', 0],
+      [' #', 1],
+      ['[1, +2, "x"]', 4],
+      ['{"a": /}', 6],
+    ] as const) {
+      expect(() => pyLoads(text), text).toThrow(new PyJsonError(`unexpected character '${text[at]}' at character ${at}`))
+    }
+  })
+
+  it('a fraction or an exponent without digits is an invalid number, at the number', () => {
+    const cases: [string, number][] = [
+      ['1.', 0],
+      ['1.e5', 0],
+      ['-0.]', 0],
+      ['[2, 1.x, "s"]', 4],
+      ['1e', 0],
+      ['1E+', 0],
+      ['-2e-', 0],
+      ['{"a": 3.5e}', 6],
+      ['[2, 1ex, "s"]', 4],
+    ]
+    for (const [text, at] of cases) expect(() => pyLoads(text), text).toThrow(new PyJsonError(`invalid number at character ${at}`))
+  })
+
+  it('after each valid escape the reader goes on, and finds the error that follows it where it is', () => {
+    for (const esc of ['\\"', '\\\\', '\\/', '\\b', '\\f', '\\n', '\\r', '\\t', '\\u00e9', '\\u00E9', '\\uD83D']) {
+      // `"a` + the escape + `b` + a raw control: the control is the error.
+      expect(() => pyLoads(`"a${esc}b\u0001"`), esc).toThrow(new PyJsonError(`invalid control character in string at character ${3 + esc.length}`))
+      // An invalid escape right after it: the error is there, not at the first one.
+      expect(() => pyLoads(`["a${esc}\\x"]`), esc).toThrow(new PyJsonError(`invalid escape at character ${4 + esc.length}`))
+      // Or a \u without four hex digits.
+      expect(() => pyLoads(`{"k${esc}\\u12g4": 1}`), esc).toThrow(new PyJsonError(`invalid \\u escape at character ${5 + esc.length}`))
+    }
+  })
+})
