@@ -136,6 +136,19 @@ describe('the reader: what only an error shows', () => {
     for (const [text, at] of cases) expect(() => pyLoads(text), text).toThrow(new PyJsonError(`invalid number at character ${at}`))
   })
 
+  it('a minus sign followed by no digit is an invalid number, whatever character follows it', () => {
+    const cases: [string, number][] = [
+      ['-.', 0],
+      ['-!', 0],
+      ['- 1', 0],
+      ['[-,]', 1],
+      ['[-]', 1],
+      ['{"a": -}', 6],
+      ['[1, -/, 2]', 4],
+    ]
+    for (const [text, at] of cases) expect(() => pyLoads(text), text).toThrow(new PyJsonError(`invalid number at character ${at}`))
+  })
+
   it('after each valid escape the reader goes on, and finds the error that follows it where it is', () => {
     for (const esc of ['\\"', '\\\\', '\\/', '\\b', '\\f', '\\n', '\\r', '\\t', '\\u00e9', '\\u00E9', '\\uD83D']) {
       // `"a` + the escape + `b` + a raw control: the control is the error.
