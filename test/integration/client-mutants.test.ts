@@ -11,6 +11,7 @@ import {describe, expect, it} from 'vitest'
 import {CallResult, ControlClient, describeTransportError, isConnectionFailure, nestedDeeperThan, readCapped} from '../../src/coordination/client.js'
 import {Operation} from '../../src/protocol/wire.js'
 import {TOKEN, later, waitFor} from '../helpers/fleet.js'
+import {freePort} from '../helpers/ports.js'
 
 interface Seen {
   method: string
@@ -53,14 +54,6 @@ function client(opts: {grace?: number; connections?: number} = {}): ControlClien
   const c = new ControlClient({token: TOKEN, replyGraceSeconds: opts.grace, connections: opts.connections})
   later(() => c.close())
   return c
-}
-
-async function freePort(): Promise<number> {
-  const s = http.createServer()
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', () => r()))
-  const port = (s.address() as AddressInfo).port
-  await new Promise((r) => s.close(r))
-  return port
 }
 
 const report = {ready: true, blockers: [], blocker_count: 0, counts: {}, restarts: []}

@@ -16,6 +16,7 @@ import {ControllerError, CoordinationError} from '../../src/coordination/errors.
 import {StatusReply} from '../../src/protocol/wire.js'
 import {later, waitFor} from '../helpers/fleet.js'
 import {tempDir} from '../helpers/tmp.js'
+import {freePort} from '../helpers/ports.js'
 
 type Route = {status?: number; body: string} | 'hang'
 
@@ -36,15 +37,6 @@ async function head(routes: Record<string, Route>): Promise<{url: string; hits: 
     await new Promise((r) => server.close(r))
   })
   return {url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, hits}
-}
-
-/** A port on 127.0.0.1 that nothing listens on (it was listened on and closed). */
-async function freePort(): Promise<number> {
-  const s = http.createServer()
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', () => r()))
-  const port = (s.address() as AddressInfo).port
-  await new Promise((r) => s.close(r))
-  return port
 }
 
 /** The global config as Gym's head server sends it: the YAML text, as a JSON string. */
