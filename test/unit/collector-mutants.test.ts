@@ -3,7 +3,8 @@
 // what a refused open leaves on disk, closed handles, and collector.pid's rarer paths (a live pid of
 // another user, this process's own pid, a takeover that never frees, a file that changes while it is
 // taken over, a name that exists but cannot be read).
-import {mkdir, readFile, readdir, symlink, writeFile} from 'node:fs/promises'
+import {existsSync} from 'node:fs'
+import {mkdir, readFile, readdir, readlink, symlink, writeFile} from 'node:fs/promises'
 import path from 'node:path'
 
 import {afterEach, describe, expect, it, vi} from 'vitest'
@@ -63,6 +64,7 @@ describe('input rows: the messages', () => {
     const fn = thrown(() => rowRolloutId({_ng_rollout_id: () => 0}, 'f:2'))
     expect(fn).toBeInstanceOf(CollectInputError)
     expect(fn.message).toBe('f:2: _ng_rollout_id must be a string, not undefined')
+    expect(fn.name).toBe('CollectInputError')
   })
 
   it('the reserved suffix names the attempt and the rollout it would belong to; a bad ID names the pattern', () => {
@@ -332,5 +334,18 @@ describe('collection.json', () => {
     await writeCollectionManifest(dir, m)
     expect(await readFile(path.join(dir, 'collection.json'), 'utf8')).toBe(JSON.stringify(m))
     expect(await readdir(dir)).toEqual(['collection.json'])
+  })
+
+  it.runIf(existsSync('/proc/self/fd'))('leaves no file handle open on it (Linux: /proc/self/fd)', async () => {
+    const dir = await tempDir()
+    await writeCollectionManifest(dir, {checkpoint_id: 'c', run_id: 'r', created_at: 1, continued: [], restarted: []})
+    const target = path.join(dir, 'collection.json')
+    const open: string[] = []
+    for (const fd of await readdir('/proc/self/fd')) {
+      const to = await readlink(path.join('/proc/self/fd', fd)).catch(() => '')
+      if (to.startsWith(dir)) open.push(to)
+    }
+    expect(open).toEqual([])
+    expect(JSON.parse(await readFile(target, 'utf8'))).toEqual({checkpoint_id: 'c', run_id: 'r', created_at: 1, continued: [], restarted: []})
   })
 })
