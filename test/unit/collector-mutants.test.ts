@@ -127,6 +127,10 @@ describe('dispatch log: lines and bounds', () => {
     const e = await rejection(readDispatchLog(root))
     expect(e).toBeInstanceOf(CheckpointStateError)
     expect(e.message).toBe(`dispatch log ${file}:4 is not JSON: 'not json'`)
+    // A bad entry after a blank line is named by its own line too (it was named by its count of
+    // entries, one line too early per blank line before it).
+    await writeFile(file, '{"run_id": "r"}\n\n["a", 0]\n["b", -1]\n')
+    expect((await rejection(readDispatchLog(root))).message).toBe(`dispatch log ${file}:4 is not ["rollout_id", attempt]: '["b",-1]'`)
   })
 
   it('an empty log, or one with only blank lines or a torn line, is no log', async () => {
@@ -215,6 +219,8 @@ describe('results file: refusals', () => {
     const n = await rejection(ResultsFile.open(file, {resume: true}))
     expect(n).toBeInstanceOf(CheckpointStateError)
     expect(n.message).toBe(`output ${file}:2 has no _ng_rollout_id`)
+    await writeFile(file, '{"_ng_rollout_id": "a"}\n\n{"result": 1}\n')
+    expect((await rejection(ResultsFile.open(file, {resume: true}))).message).toBe(`output ${file}:3 has no _ng_rollout_id`)
     await writeFile(file, '{"_ng_rollout_id": "a"}\n\n{"_ng_rollout_id": "b"\n')
     const j = await rejection(ResultsFile.open(file, {resume: true}))
     expect(j).toBeInstanceOf(CheckpointStateError)
