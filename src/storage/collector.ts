@@ -97,7 +97,7 @@ export async function readRows(file: string): Promise<Row[]> {
  * Complete lines of a JSONL file and the byte length they cover; a last line without its newline
  * is torn (a crash mid-write) and not returned. Lines that are not JSON are errors.
  */
-async function readJsonLines(file: string, what: string): Promise<{lines: unknown[]; goodBytes: number; torn: boolean} | null> {
+async function readJsonLines(file: string, what: string): Promise<{lines: unknown[]; lineNumbers: number[]; goodBytes: number; torn: boolean} | null> {
   let bytes: Buffer
   try {
     bytes = await readFile(file)
@@ -107,6 +107,7 @@ async function readJsonLines(file: string, what: string): Promise<{lines: unknow
   }
   const end = bytes.lastIndexOf(0x0a) + 1
   const lines: unknown[] = []
+  const lineNumbers: number[] = []
   let start = 0
   let n = 0
   while (start < end) {
@@ -117,11 +118,12 @@ async function readJsonLines(file: string, what: string): Promise<{lines: unknow
     if (!line) continue
     try {
       lines.push(JSON.parse(line))
+      lineNumbers.push(n)
     } catch {
       throw new CheckpointStateError(`${what} ${file}:${n} is not JSON: ${quoteInput(line)}`)
     }
   }
-  return {lines, goodBytes: end, torn: end < bytes.length}
+  return {lines, lineNumbers, goodBytes: end, torn: end < bytes.length}
 }
 
 export interface DispatchLogState {
@@ -141,7 +143,7 @@ export async function readDispatchLog(root: string): Promise<DispatchLogState | 
   const attempts = new Map<string, number>()
   r.lines.slice(1).forEach((e, i) => {
     if (!Array.isArray(e) || e.length !== 2 || typeof e[0] !== 'string' || !Number.isInteger(e[1]) || e[1] < 0 || e[1] > MAX_ATTEMPT) {
-      throw new CheckpointStateError(`dispatch log ${file}:${i + 2} is not ["rollout_id", attempt]: ${quoteInput(JSON.stringify(e))}`)
+      throw new CheckpointStateError(`dispatch log ${file}:${r.lineNumbers[i + 1]} is not ["rollout_id", attempt]: ${quoteInput(JSON.stringify(e))}`)
     }
     attempts.set(e[0], Math.max(attempts.get(e[0]) ?? -1, e[1] as number))
   })
@@ -201,7 +203,7 @@ export class ResultsFile {
       if (r) {
         r.lines.forEach((row, i) => {
           const id = (row as {_ng_rollout_id?: unknown})?._ng_rollout_id
-          if (typeof id !== 'string') throw new CheckpointStateError(`output ${file}:${i + 1} has no _ng_rollout_id`)
+          if (typeof id !== 'string') throw new CheckpointStateError(`output ${file}:${r.lineNumbers[i]} has no _ng_rollout_id`)
           done.add(id)
         })
         const size = r.goodBytes
