@@ -97,7 +97,7 @@ export async function readRows(file: string): Promise<Row[]> {
  * Complete lines of a JSONL file and the byte length they cover; a last line without its newline
  * is torn (a crash mid-write) and not returned. Lines that are not JSON are errors.
  */
-async function readJsonLines(file: string, what: string): Promise<{lines: unknown[]; lineNumbers: number[]; goodBytes: number; torn: boolean} | null> {
+async function readJsonLines(file: string, what: string): Promise<{lines: {n: number; value: unknown}[]; goodBytes: number; torn: boolean} | null> {
   let bytes: Buffer
   try {
     bytes = await readFile(file)
@@ -106,8 +106,8 @@ async function readJsonLines(file: string, what: string): Promise<{lines: unknow
     throw new CheckpointStateError(`cannot read ${what} ${file}: ${describeFsError(err)}`)
   }
   const end = bytes.lastIndexOf(0x0a) + 1
-  const lines: unknown[] = []
-  const lineNumbers: number[] = []
+  // Each value with its line number: blank lines are skipped, so the index does not tell it.
+  const lines: {n: number; value: unknown}[] = []
   let start = 0
   let n = 0
   while (start < end) {
@@ -117,13 +117,12 @@ async function readJsonLines(file: string, what: string): Promise<{lines: unknow
     start = nl + 1
     if (!line) continue
     try {
-      lines.push(JSON.parse(line))
-      lineNumbers.push(n)
+      lines.push({n, value: JSON.parse(line)})
     } catch {
       throw new CheckpointStateError(`${what} ${file}:${n} is not JSON: ${quoteInput(line)}`)
     }
   }
-  return {lines, lineNumbers, goodBytes: end, torn: end < bytes.length}
+  return {lines, goodBytes: end, torn: end < bytes.length}
 }
 
 export interface DispatchLogState {
@@ -138,15 +137,15 @@ export async function readDispatchLog(root: string): Promise<DispatchLogState | 
   const file = path.join(root, DISPATCH_LOG)
   const r = await readJsonLines(file, 'dispatch log')
   if (!r || r.lines.length === 0) return null
-  const head = r.lines[0] as {run_id?: unknown}
+  const head = r.lines[0]!.value as {run_id?: unknown}
   if (!head || typeof head !== 'object' || typeof head.run_id !== 'string') throw new CheckpointStateError(`dispatch log ${file} does not start with {"run_id": ...}`)
   const attempts = new Map<string, number>()
-  r.lines.slice(1).forEach((e, i) => {
+  for (const {n, value: e} of r.lines.slice(1)) {
     if (!Array.isArray(e) || e.length !== 2 || typeof e[0] !== 'string' || !Number.isInteger(e[1]) || e[1] < 0 || e[1] > MAX_ATTEMPT) {
-      throw new CheckpointStateError(`dispatch log ${file}:${r.lineNumbers[i + 1]} is not ["rollout_id", attempt]: ${quoteInput(JSON.stringify(e))}`)
+      throw new CheckpointStateError(`dispatch log ${file}:${n} is not ["rollout_id", attempt]: ${quoteInput(JSON.stringify(e))}`)
     }
     attempts.set(e[0], Math.max(attempts.get(e[0]) ?? -1, e[1] as number))
-  })
+  }
   return {runId: head.run_id, attempts, torn: r.torn}
 }
 
@@ -201,11 +200,11 @@ export class ResultsFile {
     if (opts.resume) {
       const r = await readJsonLines(file, 'output')
       if (r) {
-        r.lines.forEach((row, i) => {
+        for (const {n, value: row} of r.lines) {
           const id = (row as {_ng_rollout_id?: unknown})?._ng_rollout_id
-          if (typeof id !== 'string') throw new CheckpointStateError(`output ${file}:${r.lineNumbers[i]} has no _ng_rollout_id`)
+          if (typeof id !== 'string') throw new CheckpointStateError(`output ${file}:${n} has no _ng_rollout_id`)
           done.add(id)
-        })
+        }
         const size = r.goodBytes
         if (r.torn) {
           await truncate(file, size)
