@@ -122,8 +122,15 @@ export async function readHeadServer(headUrl: string, timeoutMs: number): Promis
       const parsed = JSON.parse(await get('/server_instances')) as unknown
       if (Array.isArray(parsed)) instances = parsed
     } catch (err) {
-      if (fromConfig.size === 0 || [...fromConfig.values()].some((u) => u === null))
-        throw err instanceof ControllerError ? err : new ControllerError('discovery', `head server ${base}/server_instances answered something that is not JSON`)
+      const unplaced = [...fromConfig].filter(([, u]) => u === null).map(([name]) => name)
+      if (fromConfig.size === 0 || unplaced.length)
+        throw err instanceof ControllerError
+          ? err
+          : new ControllerError(
+              'discovery',
+              `head server ${base}/server_instances answered something that is not JSON, and the global config gives ${unplaced.length ? `no host and port for ${unplaced.slice(0, 5).join(', ')}${unplaced.length > 5 ? ', …' : ''}` : 'no server'}: ` +
+                'fix the head server, or name each server with --server NAME=URL (or --fleet FILE)',
+            )
     }
     return [...fromConfig.entries()].map(([name, cfgUrl]) => {
       // Gym's head server lists each process under its top-level config key as `process_name`

@@ -17,6 +17,7 @@ import {StatusReply} from '../../src/protocol/wire.js'
 import {later, waitFor} from '../helpers/fleet.js'
 import {tempDir} from '../helpers/tmp.js'
 import {freePort} from '../helpers/ports.js'
+import {rejection, thrown} from '../helpers/errors.js'
 
 type Route = {status?: number; body: string} | 'hang'
 
@@ -57,25 +58,6 @@ function yamlFirstLine(text: string): string {
 }
 
 /** The ControllerError a call fails with (anything else, or success, fails the test). */
-async function failure(p: Promise<unknown>): Promise<ControllerError> {
-  const e = await p.then(
-    () => new Error('expected a failure'),
-    (x: unknown) => x,
-  )
-  if (!(e instanceof ControllerError)) throw e
-  return e
-}
-
-function thrown(f: () => unknown): ControllerError {
-  try {
-    f()
-  } catch (e) {
-    if (e instanceof ControllerError) return e
-    throw e
-  }
-  throw new Error('expected a failure')
-}
-
 describe('--server NAME=URL', () => {
   it('splits at the first =, keeps the URL whole and drops one trailing slash only', () => {
     expect(parseServerArg('policy_model=http://10.0.0.5:8000')).toEqual({name: 'policy_model', url: 'http://10.0.0.5:8000'})
@@ -86,17 +68,17 @@ describe('--server NAME=URL', () => {
 
   it('refuses a missing or empty name, a non-URL and a URL that is not http(s), naming the flag', () => {
     for (const bad of ['policy', '=http://h:1', '']) {
-      const e = thrown(() => parseServerArg(bad))
+      const e = thrown(() => parseServerArg(bad), ControllerError)
       expect(e.code).toBe('input')
       expect(e.message).toBe(`--server '${bad}': expected NAME=URL, e.g. policy_model=http://10.0.0.5:8000`)
     }
-    const e = thrown(() => parseServerArg('x=nope'))
+    const e = thrown(() => parseServerArg('x=nope'), ControllerError)
     expect(e.code).toBe('input')
     expect(e.message).toBe("--server x: 'nope' is not a URL")
-    const e2 = thrown(() => parseServerArg('x=ftp://h/'))
+    const e2 = thrown(() => parseServerArg('x=ftp://h/'), ControllerError)
     expect(e2.code).toBe('input')
     expect(e2.message).toBe("--server x: 'ftp://h/' is not an http(s) URL")
-    expect(thrown(() => parseServerArg('x=file:///etc')).message).toBe("--server x: 'file:///etc' is not an http(s) URL")
+    expect(thrown(() => parseServerArg('x=file:///etc'), ControllerError).message).toBe("--server x: 'file:///etc' is not an http(s) URL")
   })
 })
 
@@ -120,30 +102,30 @@ describe('fleet file', () => {
   it('a file that cannot be read, is not YAML, or has the wrong shape is an input error that says where', async () => {
     const dir = await tempDir()
     const missing = path.join(dir, 'missing.yaml')
-    const e1 = await failure(readFleetFile(missing))
+    const e1 = await rejection(readFleetFile(missing), ControllerError)
     expect(e1.code).toBe('input')
     expect(e1.message.startsWith(`cannot read fleet file ${missing}: ENOENT`)).toBe(true)
 
     const notYaml = await fleetFile('servers: [a,\n  b: {\nc: "')
-    const e2 = await failure(readFleetFile(notYaml))
+    const e2 = await rejection(readFleetFile(notYaml), ControllerError)
     expect(e2.code).toBe('input')
     expect(e2.message).toBe(`fleet file ${notYaml} is not YAML: ${yamlFirstLine('servers: [a,\n  b: {\nc: "')}`)
 
     const scalar = await fleetFile('just text\n')
-    const e3 = await failure(readFleetFile(scalar))
+    const e3 = await rejection(readFleetFile(scalar), ControllerError)
     expect(e3.code).toBe('input')
     expect(e3.message.startsWith(`fleet file ${scalar}: (root): `)).toBe(true)
     expect(e3.message.endsWith("; expected 'servers: {NAME: URL}'")).toBe(true)
     expect(e3.message).not.toContain('undefined')
 
     const wrong = await fleetFile('servers:\n  a: 5\n')
-    const e4 = await failure(readFleetFile(wrong))
+    const e4 = await rejection(readFleetFile(wrong), ControllerError)
     expect(e4.message.startsWith(`fleet file ${wrong}: servers.a: `)).toBe(true)
     expect(e4.message.endsWith("; expected 'servers: {NAME: URL}'")).toBe(true)
     expect(e4.message).not.toContain('undefined')
 
     const badUrl = await fleetFile('servers:\n  a: http://ok\n  b: {url: "ftp://x"}\n')
-    const e5 = await failure(readFleetFile(badUrl))
+    const e5 = await rejection(readFleetFile(badUrl), ControllerError)
     expect(e5.code).toBe('input')
     expect(e5.message).toBe(`fleet file ${badUrl}: servers.b: 'ftp://x' is not an http(s) URL`)
   })
@@ -239,13 +221,13 @@ describe('head server', () => {
       const h = await head({
         '/global_config_dict_yaml': gymConfig({a: {resources_servers: {impl: {host: '10.0.0.1', port: 1}}}, b: {responses_api_models: inner === null ? null : {m: inner}}}),
       })
-      const e = await failure(readHeadServer(h.url, 5000))
+      const e = await rejection(readHeadServer(h.url, 5000), ControllerError)
       expect(e.code).toBe('discovery')
       expect(e.message).toBe(`head server ${h.url}/server_instances answered HTTP 404`)
     }
     // A config naming no server at all cannot be checked against a list that failed either.
     const empty = await head({'/global_config_dict_yaml': gymConfig({policy_base_url: 'http://x/v1'})})
-    expect((await failure(readHeadServer(empty.url, 5000))).message).toBe(`head server ${empty.url}/server_instances answered HTTP 404`)
+    expect((await rejection(readHeadServer(empty.url, 5000), ControllerError)).message).toBe(`head server ${empty.url}/server_instances answered HTTP 404`)
     // With a list, a config naming no server gives no candidates.
     const none = await head({'/global_config_dict_yaml': gymConfig({policy_base_url: 'http://x/v1'}), '/server_instances': json([])})
     expect(await readHeadServer(none.url, 5000)).toEqual([])
@@ -256,9 +238,11 @@ describe('head server', () => {
       '/global_config_dict_yaml': gymConfig({a: {resources_servers: {impl: {host: '10.0.0.1'}}}}),
       '/server_instances': {body: '<html>proxy error</html>'},
     })
-    const e = await failure(readHeadServer(h.url, 5000))
+    const e = await rejection(readHeadServer(h.url, 5000), ControllerError)
     expect(e.code).toBe('discovery')
-    expect(e.message).toBe(`head server ${h.url}/server_instances answered something that is not JSON`)
+    expect(e.message).toBe(
+      `head server ${h.url}/server_instances answered something that is not JSON, and the global config gives no host and port for a: fix the head server, or name each server with --server NAME=URL (or --fleet FILE)`,
+    )
   })
 
   it('a server with no address anywhere, or a bad one, is named', async () => {
@@ -266,7 +250,7 @@ describe('head server', () => {
       '/global_config_dict_yaml': gymConfig({a: {resources_servers: {impl: {host: '10.0.0.1'}}}}),
       '/server_instances': json([{process_name: 'a', port: 5}]),
     })
-    const e = await failure(readHeadServer(h.url, 5000))
+    const e = await rejection(readHeadServer(h.url, 5000), ControllerError)
     expect(e.code).toBe('discovery')
     expect(e.message).toBe("head server names 'a' but gives no address for it")
 
@@ -274,41 +258,41 @@ describe('head server', () => {
       '/global_config_dict_yaml': gymConfig({a: {resources_servers: {impl: {host: '10.0.0.1', port: 1}}}}),
       '/server_instances': json([{process_name: 'a', url: 'ftp://10.0.0.1/'}]),
     })
-    const e2 = await failure(readHeadServer(bad.url, 5000))
+    const e2 = await rejection(readHeadServer(bad.url, 5000), ControllerError)
     expect(e2.code).toBe('input')
     expect(e2.message).toBe("head server entry a: 'ftp://10.0.0.1/' is not an http(s) URL")
   })
 
   it('a config that is not YAML or not a mapping is a discovery error', async () => {
     const notYaml = await head({'/global_config_dict_yaml': json('a: [b,\n  c: {\nd: "')})
-    const e1 = await failure(readHeadServer(notYaml.url, 5000))
+    const e1 = await rejection(readHeadServer(notYaml.url, 5000), ControllerError)
     expect(e1.code).toBe('discovery')
     expect(e1.message).toBe(`head server global config is not YAML: ${yamlFirstLine('a: [b,\n  c: {\nd: "')}`)
     for (const body of [JSON.stringify('42'), JSON.stringify(''), JSON.stringify('just text')]) {
       const h = await head({'/global_config_dict_yaml': {body}, '/server_instances': json([])})
-      const e = await failure(readHeadServer(h.url, 5000))
+      const e = await rejection(readHeadServer(h.url, 5000), ControllerError)
       expect(e.code).toBe('discovery')
       expect(e.message).toBe('head server global config is not a mapping')
     }
   })
 
   it('a head URL that is not http(s), a refused connection, an error status and a silent head are named', async () => {
-    const e0 = await failure(readHeadServer('ftp://h', 1000))
+    const e0 = await rejection(readHeadServer('ftp://h', 1000), ControllerError)
     expect(e0.code).toBe('input')
     expect(e0.message).toBe("--head: 'ftp://h' is not an http(s) URL")
 
     const status = await head({'/global_config_dict_yaml': {status: 500, body: 'oops'}})
-    const e1 = await failure(readHeadServer(status.url, 5000))
+    const e1 = await rejection(readHeadServer(status.url, 5000), ControllerError)
     expect(e1.code).toBe('discovery')
     expect(e1.message).toBe(`head server ${status.url}/global_config_dict_yaml answered HTTP 500`)
 
     const port = await freePort()
-    const e2 = await failure(readHeadServer(`http://127.0.0.1:${port}`, 5000))
+    const e2 = await rejection(readHeadServer(`http://127.0.0.1:${port}`, 5000), ControllerError)
     expect(e2.code).toBe('discovery')
     expect(e2.message).toBe(`head server http://127.0.0.1:${port}/global_config_dict_yaml: connection refused (is the server running?)`)
 
     const silent = await head({'/global_config_dict_yaml': 'hang'})
-    const e3 = await failure(readHeadServer(silent.url, 300))
+    const e3 = await rejection(readHeadServer(silent.url, 300), ControllerError)
     expect(e3.code).toBe('discovery')
     expect(e3.message.startsWith(`head server ${silent.url}/global_config_dict_yaml: `)).toBe(true)
     expect(e3.message).toMatch(/timeout|abort/i)
@@ -353,7 +337,7 @@ describe('head server', () => {
       await new Promise((r) => server.close(r))
     })
     const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
-    const e = await failure(readHeadServer(url, 20_000))
+    const e = await rejection(readHeadServer(url, 20_000), ControllerError)
     expect(e.code).toBe('discovery')
     expect(e.message).toBe(`head server ${url}/global_config_dict_yaml answered more than 64 MiB; it was not read`)
   })
@@ -413,10 +397,10 @@ const model = {kind: 'model', instance: 'policy'}
 describe('discover', () => {
   it('refuses a name given twice and an empty list before probing anything', async () => {
     const {client, calls} = scripted({a: [model], b: [model]})
-    const e = await failure(discover(client, refs('a', 'b', 'a')))
+    const e = await rejection(discover(client, refs('a', 'b', 'a')), ControllerError)
     expect(e.code).toBe('input')
     expect(e.message).toBe("server 'a' is named twice")
-    const e2 = await failure(discover(client, []))
+    const e2 = await rejection(discover(client, []), ControllerError)
     expect(e2.code).toBe('input')
     expect(e2.message).toBe('no servers to discover: give --head, --server NAME=URL or --fleet FILE')
     expect(calls).toEqual([])
@@ -455,7 +439,7 @@ describe('discover', () => {
 
   it('a refused connection is tried 3 times by default, 200 ms then 400 ms apart, and the count is named', async () => {
     const {client, calls} = scripted({p: [model], down: [refused]})
-    const e = (await failure(discover(client, refs('p', 'down'), {probeTimeoutMs: 10_000}))) as CoordinationError
+    const e = (await rejection(discover(client, refs('p', 'down'), {probeTimeoutMs: 10_000}), ControllerError)) as CoordinationError
     const tries = calls.filter((c) => c.server === 'down')
     expect(tries.length).toBe(3)
     expect(tries[1]!.at - tries[0]!.at).toBeGreaterThanOrEqual(190)
@@ -466,7 +450,7 @@ describe('discover', () => {
 
   it('tries as often as told; a connection that comes back is a participant', async () => {
     const one = scripted({p: [model], down: [refused]})
-    const e = (await failure(discover(one.client, refs('p', 'down'), {tries: 1}))) as CoordinationError
+    const e = (await rejection(discover(one.client, refs('p', 'down'), {tries: 1}), ControllerError)) as CoordinationError
     expect(one.calls.filter((c) => c.server === 'down').length).toBe(1)
     expect(e.failures[0]!.message).toBe('connection refused (is the server running?) after 1 tries')
     const back = scripted({down: [refused, model]})
@@ -482,7 +466,7 @@ describe('discover', () => {
       odd: [{status: 502, code: 'connection', message: 'bad gateway'}],
       junk: [{status: null, code: 'bad_reply', message: 'reply is not JSON: x'}],
     })
-    const e = (await failure(discover(client, refs('p', 'err', 'odd', 'junk'), {tries: 5}))) as CoordinationError
+    const e = (await rejection(discover(client, refs('p', 'err', 'odd', 'junk'), {tries: 5}), ControllerError)) as CoordinationError
     expect(calls.length).toBe(4)
     expect(e.failures).toEqual([
       {server: 'err', status: 500, code: 'internal', message: 'boom'},
@@ -493,7 +477,7 @@ describe('discover', () => {
 
   it('the wait between tries never passes the probe bound, which then ends the probe as a timeout', async () => {
     const {client, calls} = scripted({p: [model], down: [refused]})
-    const e = (await failure(discover(client, refs('p', 'down'), {probeTimeoutMs: 100, tries: 50}))) as CoordinationError
+    const e = (await rejection(discover(client, refs('p', 'down'), {probeTimeoutMs: 100, tries: 50}), ControllerError)) as CoordinationError
     expect(e.failures).toEqual([{server: 'down', status: null, code: 'timeout', message: 'no status reply within 0.1 seconds'}])
     expect(calls.filter((c) => c.server === 'down').length).toBeLessThan(50)
   })
@@ -524,7 +508,7 @@ describe('discover', () => {
 
   it('a timeout reply is reported with the probe bound, never retried', async () => {
     const {client, calls} = scripted({p: [model], slow: [{status: null, code: 'timeout', message: 'no reply within 1.5 seconds'}]})
-    const e = (await failure(discover(client, refs('p', 'slow'), {probeTimeoutMs: 2500}))) as CoordinationError
+    const e = (await rejection(discover(client, refs('p', 'slow'), {probeTimeoutMs: 2500}), ControllerError)) as CoordinationError
     expect(calls.length).toBe(2)
     expect(e.failures).toEqual([{server: 'slow', status: null, code: 'timeout', message: 'no status reply within 2.5 seconds'}])
   })
@@ -562,7 +546,7 @@ describe('discover', () => {
     expect(d3.failures.map((f) => f.code)).toEqual(['unknown_kind'])
     // Only servers that are no participants: no model.
     const none = scripted({j: [{status: 404, code: null, message: 'Not Found'}]})
-    const e = (await failure(discover(none.client, refs('j')))) as CoordinationError
+    const e = (await rejection(discover(none.client, refs('j')), ControllerError)) as CoordinationError
     expect(e.failures.map((f) => f.code)).toEqual(['no_model'])
     expect(e.code).toBe('discovery')
   })
@@ -571,7 +555,7 @@ describe('discover', () => {
     const {client} = scripted({p: [model], zz: [{status: 500, code: null, message: 'z'}], aa: [{status: 500, code: null, message: 'a'}], mm: [{status: 503, code: null, message: 'm'}]})
     const d = await discover(client, refs('p', 'zz', 'mm', 'aa'), {tolerant: true})
     expect(d.failures.map((f) => f.server)).toEqual(['aa', 'mm', 'zz'])
-    const e = (await failure(discover(client, refs('p', 'zz', 'mm', 'aa'), {tolerant: false}))) as CoordinationError
+    const e = (await rejection(discover(client, refs('p', 'zz', 'mm', 'aa'), {tolerant: false}), ControllerError)) as CoordinationError
     expect(e.failures.map((f) => f.server)).toEqual(['aa', 'mm', 'zz'])
     const ok = await discover(scripted({p: [model]}).client, refs('p'), {tolerant: false})
     expect(ok.failures).toEqual([])
