@@ -516,6 +516,8 @@ export class Collector {
       this.opts.log(`checkpoint ${u.id}: resumed on every participant`)
     } catch (err) {
       if (outer?.aborted) throw new ControllerError('interrupted', `interrupted while resuming checkpoint '${u.id}' again`)
+      // Cut short by a stop, which makes its own last try next: no retry to announce.
+      if (cut?.aborted) return void this.opts.log(`resuming checkpoint ${u.id} again: the try in flight was cut short by the end of the run`)
       u.backoffMs = Math.min(u.backoffMs * 2, 30_000)
       u.retryAt = Date.now() + u.backoffMs
       this.wakeAt(u.retryAt)

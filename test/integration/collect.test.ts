@@ -40,6 +40,14 @@ async function checkpointDirs(root: string): Promise<string[]> {
   return (await readdir(root)).filter((n) => CKPT_DIR.test(n)).sort()
 }
 
+/** A fleet whose environment refuses its first `times` /run calls with 409 admission_closed (another controller's checkpoint). */
+async function admissionRefusingFleet(times: number) {
+  const fleet = await startFleet({members: FULL})
+  const refused = JSON.stringify({error: {code: 'admission_closed', detail: 'a checkpoint is open'}})
+  fleet.server('env').faults.add('run', {type: 'status', status: 409, body: refused}, times)
+  return fleet
+}
+
 describe('collect: checkpoints while rows run', () => {
   it('checkpoints on a timer, lays the root out as Gym does, keeps two, and the output equals an uninterrupted run', async () => {
     const rows = rowsOf(25)
@@ -208,14 +216,13 @@ describe('collect: checkpoints while rows run', () => {
     expect(out.stopCheckpointed).toBe(false)
     expect(out.checkpoints).toBe(1)
     expect(out.checkpointsFailed).toBe(1)
+    expect(logs).toContain(`resuming checkpoint ${out.lastCheckpointId} again: the try in flight was cut short by the end of the run`)
     expect(logs).toContain(`stopping without a new checkpoint: checkpoint ${out.lastCheckpointId} is still open on a participant (LATEST names it)`)
     expect(await readFile(path.join(w.root, 'LATEST'), 'utf8')).toBe(out.lastCheckpointId)
   }, 40_000)
 
   it('a /run refused with admission_closed is sent again after a pause that doubles, not in a loop', async () => {
-    const fleet = await startFleet({members: FULL})
-    const refused = JSON.stringify({error: {code: 'admission_closed', detail: 'a checkpoint is open'}})
-    fleet.server('env').faults.add('run', {type: 'status', status: 409, body: refused}, 3)
+    const fleet = await admissionRefusingFleet(3)
     const rows = rowsOf(5)
     const [reference, w] = await Promise.all([uninterrupted(rows), tempDir().then((d) => workdir(d, rows))])
     const c = await coordinatorFor(fleet)
@@ -242,9 +249,7 @@ describe('collect: checkpoints while rows run', () => {
     // A timer counts from the event loop's own clock, so it can fire before Date.now() reaches
     // the time it was set for (here: the wall clock steps back 300 ms, as an NTP correction
     // does). With nothing else in flight, the loop must arm its wake-up again, not wait forever.
-    const fleet = await startFleet({members: FULL})
-    const refused = JSON.stringify({error: {code: 'admission_closed', detail: 'a checkpoint is open'}})
-    fleet.server('env').faults.add('run', {type: 'status', status: 409, body: refused}, 1)
+    const fleet = await admissionRefusingFleet(1)
     const rows = rowsOf(2)
     const [reference, w] = await Promise.all([uninterrupted(rows), tempDir().then((d) => workdir(d, rows))])
     const c = await coordinatorFor(fleet)
