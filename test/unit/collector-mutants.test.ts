@@ -12,6 +12,7 @@ import {afterEach, describe, expect, it, vi} from 'vitest'
 import {CheckpointStateError} from '../../src/storage/errors.js'
 import {CollectInputError, DispatchLog, PID_FILE, ResultsFile, acquirePidLock, newRunId, readDispatchLog, readRows, rowRolloutId, writeCollectionManifest} from '../../src/storage/collector.js'
 import {tempDir} from '../helpers/tmp.js'
+import {rejection, thrown} from '../helpers/errors.js'
 
 // A hook run before node:fs/promises' mkdir, for the takeover's races; nothing else changes.
 const hooks = vi.hoisted(() => ({beforeMkdir: null as null | ((dir: string) => Promise<void>)}))
@@ -28,24 +29,6 @@ afterEach(() => {
   hooks.beforeMkdir = null
   vi.restoreAllMocks()
 })
-
-async function rejection(p: Promise<unknown>): Promise<Error> {
-  const err = await p.then(
-    () => null,
-    (e: unknown) => e,
-  )
-  expect(err).toBeInstanceOf(Error)
-  return err as Error
-}
-
-function thrown(fn: () => unknown): Error {
-  try {
-    fn()
-  } catch (e) {
-    return e as Error
-  }
-  throw new Error('did not throw')
-}
 
 async function rowsFile(text: string): Promise<string> {
   const f = path.join(await tempDir(), 'rows.jsonl')

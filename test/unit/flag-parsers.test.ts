@@ -8,15 +8,7 @@ import {parseCheckpointIdFlag} from '../../src/cli/inputs.js'
 import {parseServerFault} from '../../src/control-plane/faults.js'
 import {MEMBER_KINDS, parseMember} from '../../src/control-plane/fleet.js'
 import {ControllerError} from '../../src/coordination/errors.js'
-
-function thrown(fn: () => unknown): Error {
-  try {
-    fn()
-  } catch (err) {
-    return err as Error
-  }
-  throw new Error('expected a throw')
-}
+import {thrown} from '../helpers/errors.js'
 
 describe('parseMember (--member NAME=KIND)', () => {
   it('reads NAME=KIND for every kind, "none" included', () => {

@@ -11,6 +11,7 @@ import {CheckpointStateError} from '../../src/storage/errors.js'
 import {planPrune} from '../../src/storage/prune.js'
 import {describeFsError, listParticipantDirs, readLatest, resolveCheckpoint} from '../../src/storage/root.js'
 import {tempDir} from '../helpers/tmp.js'
+import {rejection} from '../helpers/errors.js'
 
 /** The error a function throws (it must throw), as a ControllerError of code 'input'. */
 function inputError(fn: () => unknown): ControllerError {
@@ -23,15 +24,6 @@ function inputError(fn: () => unknown): ControllerError {
   expect(caught).toBeInstanceOf(ControllerError)
   expect((caught as ControllerError).code).toBe('input')
   return caught as ControllerError
-}
-
-async function rejection(p: Promise<unknown>): Promise<Error> {
-  const r = await p.then(
-    () => null,
-    (err: unknown) => err as Error,
-  )
-  expect(r, 'expected a rejection').not.toBeNull()
-  return r!
 }
 
 describe('quoteInput', () => {
