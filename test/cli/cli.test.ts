@@ -53,7 +53,7 @@ describe('gymckpt CLI (built, run as a process)', {timeout: 120_000}, () => {
     expect(prep.code, prep.stderr).toBe(0)
     const id = prep.json.checkpoint_id
     expect(id).toMatch(/^ckpt-\d{8}T\d{6}-[0-9a-f]{8}$/)
-    const episodes = path.join(root, '..', `${path.basename(root)}-episodes.txt`)
+    const episodes = path.join(await tempDir(), 'episodes.txt')
     await writeFile(episodes, '# in flight\na\n{"rollout_id": "b", "attempt": 0}\n')
     const commit = await cli(['commit', ...servers(fleet), '--root', root, '--episodes', episodes, '--json'])
     expect(commit.code, commit.stderr).toBe(0)
@@ -93,7 +93,7 @@ describe('gymckpt CLI (built, run as a process)', {timeout: 120_000}, () => {
     void fleet.run({rolloutId: 'a', steps: 300, stepMs: 10})
     await waitFor(() => (fleet.server('env').participant as SimEnvironment).episodes.size === 1)
     const root = await tempDir()
-    const fleetFile = path.join(root, '..', `${path.basename(root)}-fleet.yaml`)
+    const fleetFile = path.join(await tempDir(), 'fleet.yaml')
     await writeFile(fleetFile, `servers:\n${fleet.servers.map((s) => `  ${s.name}: ${s.url}`).join('\n')}\n`)
     const ck = await cli(['checkpoint', '--fleet', fleetFile, '--root', root, '--episodes', '-', '--json'], {input: 'a\n'})
     expect(ck.code, ck.stderr).toBe(0)

@@ -22,7 +22,7 @@ describe('consistent flags (built CLI)', {timeout: 120_000}, () => {
     for (const r of ['a', 'b', 'c']) void fleet.run({rolloutId: r, steps: 100_000, stepMs: 10})
     await waitFor(() => (fleet.server('env').participant as SimEnvironment).episodes.size === 3)
     const root = await tempDir()
-    const file = path.join(root, '..', `${path.basename(root)}-eps.txt`)
+    const file = path.join(await tempDir(), 'eps.txt')
     await writeFile(file, 'b\n')
     const both = await cli(['checkpoint', ...servers(fleet), '--root', root, '--episode', 'a', '--episodes-file', file, '--json'])
     expect(both.code, both.stderr).toBe(0)
