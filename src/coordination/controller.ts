@@ -277,7 +277,10 @@ export async function resumeFleet(c: Coordinator, discovery: Discovery, opts: {i
   const id = opts.id ?? active[0] ?? null
   const down = discovery.failures.filter((f) => f.code !== 'no_model')
   const result: StageResult<'resume'> = id ? await resumeAll(c, id, opts.deadlineTs) : {replies: new Map(), failures: []}
-  const reopened = [...result.replies.values()].filter((r) => !r.idempotent).length
+  // A participant that had it open at discovery reopened, whatever its reply says: a resume sent
+  // again after a dropped connection (client.ts) is answered `idempotent` when the first one landed.
+  const hadOpen = new Set(discovery.participants.filter((p) => p.status.phase !== 'idle' && p.status.checkpoint_id === id).map((p) => p.server))
+  const reopened = [...result.replies].filter(([server, r]) => !r.idempotent || hadOpen.has(server)).length
   const outcome = {...result, checkpointId: id, reopened, active, unreachable: down}
   if (id && result.failures.length) {
     const others = active.filter((k) => k !== id)

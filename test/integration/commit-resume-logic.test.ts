@@ -514,6 +514,21 @@ describe('resumeFleet', () => {
     expect(await phases(fleet)).toEqual({env: 'idle', policy: 'idle', agent: 'idle', res: 'idle'})
   })
 
+  it('a resume whose reply was lost and that was sent again (answered idempotent) still counts as reopened', async () => {
+    const fleet = await preparedFleet('c1')
+    // The first resume lands, then its connection drops: the client sends it once more.
+    fleet.server('agent').faults.add('resume', {type: 'drop-after'})
+    const {c, d} = await look(fleet)
+    const out = await resumeFleet(c, d, {deadlineTs: soon()})
+    expect(fleet.server('agent').journal.filter((j) => j.route === 'resume')).toHaveLength(2)
+    expect(out.replies.get('agent')).toMatchObject({phase: 'idle', idempotent: true})
+    expect(out).toMatchObject({checkpointId: 'c1', reopened: 4, error: null})
+    // A participant that had nothing open under the ID is still not counted.
+    await control(fleet.server('env').url, 'prepare', {checkpoint_id: 'c2', deadline_ts: soon()})
+    const {c: c2, d: d2} = await look(fleet)
+    expect(await resumeFleet(c2, d2, {deadlineTs: soon()})).toMatchObject({checkpointId: 'c2', reopened: 1, error: null})
+  })
+
   it('a member down: every reachable one resumed, the error names the one down and when the lease runs out', async () => {
     const fleet = await preparedFleet('c1')
     await fleet.server('policy').crash()
