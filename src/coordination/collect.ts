@@ -377,7 +377,17 @@ export class Collector {
     const id = p.row.rolloutId
     if (r.ok) {
       this.admissionBackoffMs = 0
-      await this.opts.output.append({...r.reply, _ng_rollout_id: id, _ng_attempt_index: p.attempt})
+      try {
+        await this.opts.output.append({...r.reply, _ng_rollout_id: id, _ng_attempt_index: p.attempt})
+      } catch (err) {
+        // Its result is lost: the row fails (the run exits 4, naming it), not vanishes from the
+        // counts; it is not in the output, so --resume runs it again.
+        const error = `writing its result to ${this.opts.output.file} failed: ${(err as Error).message}`
+        this.opts.log(`/run of ${captureKey({rolloutId: id, attempt: p.attempt})} replied, but ${error}`)
+        this.stats.failed++
+        this.failedRows.push({rollout_id: id, attempts: (this.failures.get(id) ?? 0) + 1, error})
+        return
+      }
       this.stats.done++
       if (this.retiredOrRestored.has(id)) this.toForget.add(id)
     } else if (r.resend) {
