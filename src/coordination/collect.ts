@@ -386,6 +386,12 @@ export class Collector {
         this.opts.log(`/run of ${captureKey({rolloutId: id, attempt: p.attempt})} replied, but ${error}`)
         this.stats.failed++
         this.failedRows.push({rollout_id: id, attempts: (this.failures.get(id) ?? 0) + 1, error})
+        if (!this.stopWanted) {
+          // Every later result would be lost alike (a full or lost disk): no more rows are sent;
+          // the run stops as on SIGTERM, with a checkpoint of the rows in flight.
+          this.opts.log(`stopping: no more rows are sent while the output cannot be written; fix it, then run again with --resume`)
+          this.stopWanted = true
+        }
         return
       }
       this.stats.done++

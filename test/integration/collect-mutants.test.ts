@@ -726,9 +726,9 @@ describe('collect: one wake-up timer, kept at the earliest time asked for', () =
 })
 
 describe('collect: an output that cannot be written', () => {
-  it('a row whose result cannot be appended counts as failed, named with the reason, instead of vanishing from the counts', async () => {
+  it('a row whose result cannot be appended counts as failed, named with the reason, and no more rows are sent', async () => {
     const fleet = await startFleet({members: FULL})
-    const w = await workdir(await tempDir(), makeRows(2, {steps: 2, stepMs: 5}))
+    const w = await workdir(await tempDir(), makeRows(4, {steps: 2, stepMs: 5}))
     const output = await ResultsFile.open(w.output, {resume: false})
     const logs: string[] = []
     const collector = new Collector(await coordinatorFor(fleet), {
@@ -748,7 +748,15 @@ describe('collect: an output that cannot be written', () => {
       },
     })
     const out = await collector.run()
-    expect(out).toMatchObject({end: 'finished', total: 2, done: 1, failed: 1})
+    // The run stops as on SIGTERM: r02 and r03 are never sent, and --resume runs them (and r01).
+    expect(out).toMatchObject({end: 'stopped', total: 4, done: 1, failed: 1})
+    expect(logs).toContain('stopping: no more rows are sent while the output cannot be written; fix it, then run again with --resume')
+    expect(
+      fleet
+        .server('env')
+        .journal.filter((j) => j.route === 'run')
+        .map((j) => JSON.parse(j.body)._ng_rollout_id as string),
+    ).toEqual(['r00', 'r01'])
     expect(out.failedRows).toHaveLength(1)
     expect(out.failedRows[0]).toMatchObject({rollout_id: 'r01', attempts: 1})
     expect(out.failedRows[0]!.error).toMatch(new RegExp(`^writing its result to ${w.output.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')} failed: \\S`))
