@@ -582,7 +582,7 @@ class Session {
       else if (pj.phase !== 'prepared') {
         const rep = (pj.report ?? {}) as {blockers?: unknown}
         o = fail(
-          `prepare replied phase ${JSON.stringify(pj.phase)}${pj.phase === 'preparing' ? `: not ready by the deadline, blockers ${clipInput(JSON.stringify(rep.blockers), 120)} (is the fleet idle?)` : ''}`,
+          `prepare replied phase ${JSON.stringify(pj.phase)}${pj.phase === 'preparing' ? `: not ready by the deadline, blockers ${clipInput(JSON.stringify(rep.blockers) ?? 'missing', 120)} (is the fleet idle?)` : ''}`,
         )
       } else {
         const schema = StrictReport.safeParse(pj.report)
@@ -799,7 +799,7 @@ class Session {
     await this.check('commit.replay', async () => {
       const again = await this.rawPost('commit', commitBody)
       if (again.status !== 200) return fail(`commit again with equal arguments: ${describeRaw(again)}`)
-      return canonical(again.json) === canonical(first.json) ? pass('the same reply') : fail(`a different reply: ${clipInput(JSON.stringify(again.json), 160)}`)
+      return canonical(again.json) === canonical(first.json) ? pass('the same reply') : fail(`a different reply: ${clipInput(JSON.stringify(again.json) ?? again.text, 160)}`)
     })
     await this.check('commit.conflict', async () => {
       const r = await this.rawPost('commit', {...commitBody, episode_ids: [...(commitBody.episode_ids as unknown[]), {rollout_id: this.freshRollout(), attempt: 0}]})
