@@ -31,6 +31,8 @@ interface Req {
   method: string
   op: string
   auth: string | undefined
+  /** The Content-Type header sent. */
+  ctype: string | undefined
   body: string
   /** The parsed body, undefined when it is not JSON. */
   json: any
@@ -78,7 +80,7 @@ async function faulty(own: Own, fault: Fault, opts: {kind?: Kind; instance?: str
       try {
         json = JSON.parse(body)
       } catch {}
-      const r: Req = {method: req.method!, op: (req.url ?? '').split('/').pop()!, auth: req.headers.authorization, body, json}
+      const r: Req = {method: req.method!, op: (req.url ?? '').split('/').pop()!, auth: req.headers.authorization, ctype: req.headers['content-type'], body, json}
       requests.push(r)
       let a = await fault.before?.(r, inner)
       if (!a) {
@@ -397,6 +399,12 @@ const STATUS: Case[] = [
     },
   },
   {
+    name: 'blocker_count 1 with 2 blockers listed',
+    fault: statusOnly((j) => ({...j, report: {...j.report, ready: false, blockers: ['b1', 'b2'], blocker_count: 1}})),
+    opts: {only: ['report.blockers']},
+    want: {'report.blockers': 'fail: blocker_count 1 < 2 blockers listed'},
+  },
+  {
     name: '101 blockers listed',
     fault: statusOnly((j) => ({...j, report: {...j.report, ready: false, blockers: Array.from({length: 101}, (_, i) => `b${i}`), blocker_count: 101}})),
     opts: {only: ['report']},
@@ -705,6 +713,19 @@ const DESTRUCTIVE: Case[] = [
     want: {'retire.forget': 'fail: retire of a new rollout from idle: HTTP 409 invalid_phase fault: invalid_phase'},
   },
   {
+    name: 'forget answered but the mark kept: the cleanup forgets it once more',
+    fault: nth('forget', 1, (r) => ({status: 200, json: {forgotten: [...r.json.rollout_ids]}})),
+    opts: D(['retire.forget']),
+    want: {'retire.forget': 'fail: after the forget, retired_rollouts is 1, not 0: the mark stayed'},
+  },
+  {
+    name: 'retire and forget done: nothing is left for the cleanup to forget',
+    fault: {},
+    opts: D(['retire.forget']),
+    sent: (requests) => expect(requests.filter((r) => r.op === 'forget')).toHaveLength(1),
+    want: {'retire.forget': 'pass: retired_rollouts 0 → 1 → 0'},
+  },
+  {
     name: 'retire answered without marking',
     fault: nth('retire', 1, () => ({status: 200, json: {retired: ['x']}})),
     opts: D(['retire.forget']),
@@ -840,6 +861,12 @@ const DESTRUCTIVE: Case[] = [
     want: {'lease.renew': 'fail: renew with an earlier deadline: no reply within 0.5 seconds'},
   },
   {name: 'renew refused', fault: nth('renew', 1, () => err(409, 'invalid_phase')), opts: D(['lease.renew']), want: {'lease.renew': 'fail: renew: HTTP 409 invalid_phase fault: invalid_phase'}},
+  {
+    name: 'renew replies a lease before its deadline',
+    fault: {after: (r, a) => (r.op === 'renew' && a.status === 200 ? {...a, json: {lease_expires_at: r.json.deadline_ts - 100}} : a)},
+    opts: D(['lease.renew']),
+    want: {'lease.renew': 'fail: renew to deadline_ts T replied lease_expires_at T, before the deadline'},
+  },
   {
     name: 'second renew refused',
     fault: nth('renew', 2, () => err(409, 'invalid_phase')),
@@ -1298,16 +1325,40 @@ const resumeOfOpen = (change: (a: Answer) => Answer): Fault => {
 
 const RESUME: Case[] = [
   {
+    name: "resume of the open ID replies without idempotent: read as sent (the client's default false passed it before)",
+    fault: resumeOfOpen((a) => ({...a, json: {phase: 'idle'}})),
+    opts: D(['phase.resume']),
+    want: {'phase.resume': 'fail: resume replied HTTP 200 {"phase":"idle"}, want {"phase": "idle", "idempotent": false}'},
+  },
+  {
+    name: 'a second resume replies without idempotent',
+    fault: (() => {
+      let n = 0
+      return {after: (r, a) => (r.op === 'resume' && a.status === 200 && ++n === 2 ? {...a, json: {phase: 'idle'}} : a)}
+    })(),
+    opts: D(['phase.resume', 'phase.resume-again']),
+    want: {
+      'phase.resume': 'pass: idle, idempotent false; checkpoint_id and lease null',
+      'phase.resume-again': 'fail: second resume: HTTP 200 {"phase":"idle"}, want {"phase": "idle", "idempotent": true}',
+    },
+  },
+  {
+    name: 'resume of a never-seen ID replies without idempotent',
+    fault: {after: (r, a, inner) => (r.op === 'resume' && a.status === 200 && inner.controlPlane!.phase === 'idle' && a.json.idempotent === true ? {...a, json: {phase: 'idle'}} : a)},
+    opts: D(['fence.resume-unknown']),
+    want: {'fence.resume-unknown': 'fail: resume of a never-seen ID from idle: HTTP 200 {"phase":"idle"}, want {"phase": "idle", "idempotent": true}'},
+  },
+  {
     name: 'resume of the open ID refused',
     fault: resumeOfOpen(() => err(409, 'deadline_exceeded')),
     opts: D(['phase.resume']),
-    want: {'phase.resume': 'fail: resume: HTTP 409 deadline_exceeded fault: deadline_exceeded'},
+    want: {'phase.resume': 'fail: resume: HTTP 409 deadline_exceeded'},
   },
   {
     name: 'resume of the open ID replies phase prepared',
     fault: resumeOfOpen((a) => ({...a, json: {...a.json, phase: 'prepared'}})),
     opts: D(['phase.resume']),
-    want: {'phase.resume': 'fail: resume: HTTP 200 bad_reply unexpected resume reply: phase: Invalid input: expected "idle"'},
+    want: {'phase.resume': 'fail: resume replied HTTP 200 {"phase":"prepared","idempotent":false}, want {"phase": "idle", "idempotent": false}'},
   },
   {
     name: 'status after resume keeps the checkpoint_id',
@@ -1375,7 +1426,7 @@ const RESUME: Case[] = [
     opts: D(['phase.resume', 'phase.resume-again']),
     want: {
       'phase.resume': 'pass: idle, idempotent false; checkpoint_id and lease null',
-      'phase.resume-again': 'fail: second resume: 200 {"phase":"idle","idempotent":false}, want {"phase": "idle", "idempotent": true}',
+      'phase.resume-again': 'fail: second resume: HTTP 200 {"phase":"idle","idempotent":false}, want {"phase": "idle", "idempotent": true}',
     },
   },
   {
@@ -1387,7 +1438,7 @@ const RESUME: Case[] = [
     opts: D(['phase.resume', 'phase.resume-again']),
     want: {
       'phase.resume': 'pass: idle, idempotent false; checkpoint_id and lease null',
-      'phase.resume-again': 'fail: second resume: HTTP 200 bad_reply unexpected resume reply: phase: Invalid input: expected "idle", want {"phase": "idle", "idempotent": true}',
+      'phase.resume-again': 'fail: second resume: HTTP 200 {"phase":"prepared","idempotent":true}, want {"phase": "idle", "idempotent": true}',
     },
   },
   {
@@ -1400,16 +1451,13 @@ const RESUME: Case[] = [
     name: 'resume of a never-seen ID replies idempotent false',
     fault: {after: (r, a, inner) => (r.op === 'resume' && a.status === 200 && inner.controlPlane!.phase === 'idle' && a.json.idempotent === true ? {...a, json: {...a.json, idempotent: false}} : a)},
     opts: D(['fence.resume-unknown']),
-    want: {'fence.resume-unknown': 'fail: resume of a never-seen ID from idle: 200 {"phase":"idle","idempotent":false}, want {"phase": "idle", "idempotent": true}'},
+    want: {'fence.resume-unknown': 'fail: resume of a never-seen ID from idle: HTTP 200 {"phase":"idle","idempotent":false}, want {"phase": "idle", "idempotent": true}'},
   },
   {
     name: 'resume of a never-seen ID replies phase committed',
     fault: {after: (r, a) => (r.op === 'resume' && a.status === 200 && a.json.idempotent === true ? {...a, json: {...a.json, phase: 'committed'}} : a)},
     opts: D(['fence.resume-unknown']),
-    want: {
-      'fence.resume-unknown':
-        'fail: resume of a never-seen ID from idle: HTTP 200 bad_reply unexpected resume reply: phase: Invalid input: expected "idle", want {"phase": "idle", "idempotent": true}',
-    },
+    want: {'fence.resume-unknown': 'fail: resume of a never-seen ID from idle: HTTP 200 {"phase":"committed","idempotent":true}, want {"phase": "idle", "idempotent": true}'},
   },
   {
     name: 'a never-seen ID resumed and then prepared: 409 invalid_phase',
@@ -1594,11 +1642,14 @@ describe('the run around the checks', () => {
           {name: 'a', url: a.url},
           {name: 'b', url: b.url},
         ],
-        {only: ['status.instance']},
+        {only: ['status.instance', 'status.reply']},
       )
-      expect(report.results.map((r) => [r.server, r.result, r.message])).toEqual([
-        ['a', 'pass', 'p'],
-        ['b', 'fail', 'another participant also reports model/p: both would write gym/model/p'],
+      // The status itself is fine: only status.instance fails.
+      expect(report.results.map((r) => [r.id, r.server, r.result, r.message])).toEqual([
+        ['status.reply', 'a', 'pass', 'model/p idle'],
+        ['status.reply', 'b', 'pass', 'model/p idle'],
+        ['status.instance', 'a', 'pass', 'p'],
+        ['status.instance', 'b', 'fail', 'another participant also reports model/p: both would write gym/model/p'],
       ])
     })
   })
@@ -1890,6 +1941,8 @@ describe('the run around the checks', () => {
         'GET status Bearer  TOKEN',
         'POST resume Bearer X',
       ])
+      // Every body is sent as JSON, as the controller's own client sends it.
+      expect(new Set(p.requests.filter((r) => r.method === 'POST').map((r) => r.ctype))).toEqual(new Set(['application/json']))
       // Probes of a checkpoint directory name one that is not there.
       const dirs = p.requests.filter((r) => r.op === 'commit').map((r) => r.json?.checkpoint_dir)
       expect(new Set(dirs).size).toBe(1)
