@@ -1212,6 +1212,49 @@ const STORE: Case[] = [
     want: {'commit.replay': 'pass: the same reply', 'commit.conflict': 'skip: the first reply replayed: Gym version A replays a completed commit whatever its arguments (B/C and the seed refuse it)'},
   },
   {
+    name: 'a commit with another scope refused with 422 checkpoint_conflict',
+    fault: {before: (r, inner) => (authorized(r) && r.op === 'commit' && inner.controlPlane!.phase === 'committed' && r.json.episode_ids.length === 1 ? err(422, 'checkpoint_conflict') : undefined)},
+    opts: D(['commit.conflict']),
+    want: {'commit.conflict': 'fail: commit of committed conformance-TAG-1 with another scope: HTTP 422 checkpoint_conflict (want 409 checkpoint_conflict)'},
+  },
+  {
+    name: 'a commit with another scope answered 500 with the first reply',
+    fault: (() => {
+      let first: Answer | null = null
+      return {
+        before: (r) => (authorized(r) && r.op === 'commit' && first && r.json.episode_ids.length === 1 ? {...first, status: 500} : undefined),
+        after: (r, a) => {
+          if (r.op === 'commit' && a.status === 200) first ??= a
+          return a
+        },
+      }
+    })(),
+    opts: D(['commit.conflict']),
+    want: {
+      'commit.conflict':
+        'fail: commit of committed conformance-TAG-1 with another scope: HTTP 500 {"phase":"committed","manifest":{"checkpoint_id":"conformance-TAG-1","instance":"p","kind":"model","record_count":0… (356 characters in all) (want 409 checkpoint_conflict)',
+    },
+  },
+  {
+    name: 'a participant that stays open whatever is resumed: the cleanup gives up after 4 resumes',
+    fault: (() => {
+      let open: string | null = null
+      return {
+        after: (r, a) => {
+          if (r.op === 'prepare' && a.json?.phase === 'prepared') open ??= cid(r)
+          return r.op === 'status' && open ? {...a, json: {...a.json, phase: 'prepared', checkpoint_id: open, lease_expires_at: 1}} : a
+        },
+      }
+    })(),
+    opts: D(['phase.prepare']),
+    sent: (requests) => {
+      const a = cid(requests.find((r) => r.op === 'prepare')!)
+      // phase.resume's, then the cleanup's four.
+      expect(requests.filter((r) => r.op === 'resume' && cid(r) === a)).toHaveLength(5)
+    },
+    want: {'phase.prepare': 'fail: lease_expires_at 1 is before deadline_ts T'},
+  },
+  {
     name: 'a commit replayed with another reply',
     fault: (() => {
       let n = 0
@@ -1723,6 +1766,35 @@ describe('the run around the checks', () => {
       )
       expect(marked.requests.filter((r) => r.method === 'POST')).toEqual([])
 
+      // Several busy servers, one with several reasons: each named with all of its reasons.
+      const prepared = await faulty(
+        own,
+        statusOnly((j) => ({...j, report: {...j.report, ready: false, blockers: ['r2'], blocker_count: 1}})),
+        {instance: 'r'},
+      )
+      await prepared.inner.controlPlane!.prepare({checkpoint_id: 'theirs', deadline_ts: Date.now() / 1000 + 10})
+      const e2 = await rejection(
+        check(
+          own,
+          [
+            {name: 'busy', url: busy.url},
+            {name: 'prepared', url: prepared.url},
+          ],
+          {destructive: true},
+        ),
+        ControllerError,
+      )
+      expect(e2.message).toBe(
+        "conformance --destructive prepares, commits and resumes every participant, and 2 hold(s) live work: busy reports 1 blocker(s) (work in flight); prepared is in phase prepared of 'theirs', reports 1 blocker(s) (work in flight). Run it on a staging fleet, or add --force; nothing was sent",
+      )
+      expect(e2.details).toEqual({
+        busy: [
+          {server: 'busy', reasons: ['reports 1 blocker(s) (work in flight)']},
+          {server: 'prepared', reasons: ["is in phase prepared of 'theirs'", 'reports 1 blocker(s) (work in flight)']},
+        ],
+      })
+      await prepared.inner.controlPlane!.resume({checkpoint_id: 'theirs', deadline_ts: Date.now() / 1000 + 10})
+
       const report = await check(own, [{name: 'marked', url: marked.url}], {destructive: true, only: ['retire.forget']})
       expect(msgs(report)).toEqual({'retire.forget': 'pass: retired_rollouts 1 → 2 → 1'})
       expect(marked.inner.controlPlane!.status().retired_rollouts).toBe(1)
@@ -1743,6 +1815,26 @@ describe('the run around the checks', () => {
       const e = await rejection(check(own, [{name: 'p', url: p.url}], {destructive: true, dir: file}), ControllerError)
       expect(e.code).toBe('input')
       expect(e.message).toBe(`cannot create a temporary checkpoint directory under ${file}: a part of the path is not a directory (ENOTDIR)`)
+    })
+  })
+
+  it('a checkpoint directory that cannot be made fails the run with the file system error, after the cleanup', async () => {
+    await withCleanup(async (own) => {
+      const dir = await scratchDir(own)
+      // A file where the checkpoint's directory goes, put there while its prepare is answered.
+      const p = await faulty(own, {
+        before: async (r) => {
+          if (authorized(r) && r.op === 'prepare') {
+            const [scratch] = (await readdir(dir)).filter((n) => n.startsWith('gymckpt-conformance-'))
+            await writeFile(path.join(dir, scratch!, cid(r)), '')
+          }
+          return undefined
+        },
+      })
+      const e = await rejection(check(own, [{name: 'p', url: p.url}], {destructive: true, dir, only: ['phase.prepare', 'commit.reply']}))
+      expect(e.message).toMatch(/^ENOTDIR: not a directory, mkdir '/)
+      expect(p.inner.controlPlane!.status()).toMatchObject({phase: 'idle', checkpoint_id: null})
+      expect(await readdir(dir)).toEqual([])
     })
   })
 
@@ -1833,6 +1925,28 @@ describe('the run around the checks', () => {
         .map((r) => String(cid(r)))
       expect(new Set(resumed)).toEqual(opened)
       expect(opened.size).toBeGreaterThan(10)
+    })
+  })
+
+  it('the cleanup gives its resume until the run bound, not just the reply grace', async () => {
+    await withCleanup(async (own) => {
+      const ac = new AbortController()
+      const p = await faulty(own, {
+        before: async (r) => {
+          // The cleanup's resume of the open checkpoint is slow: 1.5 s, past the 0.5 s grace.
+          if (ac.signal.aborted && authorized(r) && r.op === 'resume') await new Promise((res) => setTimeout(res, 1500))
+          return undefined
+        },
+        after: (r, a) => {
+          if (r.op === 'renew') ac.abort()
+          return a
+        },
+      })
+      const report = await check(own, [{name: 'p', url: p.url}], {destructive: true, signal: ac.signal, grace: 0.5})
+      expect(report.interrupted).toBe(true)
+      expect(p.inner.controlPlane!.status()).toMatchObject({phase: 'idle', checkpoint_id: null})
+      // One resume, answered in time: not given up after the grace and sent again.
+      expect(p.requests.slice(p.requests.findIndex((r) => r.op === 'renew')).filter((r) => r.op === 'resume')).toHaveLength(1)
     })
   })
 
