@@ -1103,6 +1103,43 @@ const STORE: Case[] = [
     want: {'commit.reply': 'pass: committed 0 record(s) into SCRATCH/conformance-TAG-1', 'commit.replay': 'pass: the same reply'},
   },
   {
+    name: 'status after commit committed under another ID',
+    fault: statusOnly((j) => (j.phase === 'committed' ? {...j, checkpoint_id: 'other'} : j)),
+    opts: D(['commit.reply']),
+    want: {'commit.reply': 'fail: after commit, status is committed under other, not committed under conformance-TAG-1'},
+  },
+  {
+    name: 'a records file named for another digest than its content, the manifest naming its content',
+    fault: onFirstCommit(async (_r, a, pdir) => {
+      for (const f of await readdir(pdir)) await unlink(path.join(pdir, f))
+      const text = LINE('zz')
+      const manifest = {...a.json.manifest, records_file: `records-${sha('other')}.jsonl`, records_sha256: sha(text), record_count: 1}
+      await writeFile(path.join(pdir, manifest.records_file), text)
+      await writeFile(path.join(pdir, 'manifest.json'), encodeManifest(manifest))
+      return {status: 200, json: {...a.json, manifest, episode_ids: ['zz']}}
+    }),
+    opts: D(['store.records']),
+    want: {
+      'store.records':
+        "fail: SCRATCH/conformance-TAG-1/gym/model/p/records-d9298a10d1b0735837dc4bd85dac641b0f3cef27a47e5d53a54f2f3f5b2fcffa.jsonl is named for sha256 d9298a10d1b0735837dc4bd85dac641b0f3cef27a47e5d53a54f2f3f5b2fcffa, but its content and its manifest's records_sha256 are d82d49a8bc66429db195dd277bb8fdb3938b8205bc1650ec09baeb1797821664",
+    },
+  },
+  {
+    name: 'two temporary files left beside the records',
+    fault: onFirstCommit(async (_r, _a, pdir) => {
+      await writeFile(path.join(pdir, '.records.jsonl.b'), '')
+      await writeFile(path.join(pdir, '.records.jsonl.a'), '')
+    }),
+    opts: D(['store.records']),
+    want: {'store.records': 'fail: other files left in SCRATCH/conformance-TAG-1/gym/model/p: .records.jsonl.a, .records.jsonl.b (temporary files are removed; one records file per commit)'},
+  },
+  {
+    name: 'a records file that starts with an empty line',
+    fault: recordsAre('\n' + LINE('a'), ['a'], 2),
+    opts: D(['store.lines']),
+    want: {'store.lines': 'fail: line 1 is not JSON: unexpected end of input at character 0'},
+  },
+  {
     name: 'a record without its newline',
     fault: recordsAre(LINE('zz').trimEnd(), ['zz'], 1),
     opts: D(['store.records', 'store.lines']),
@@ -1865,7 +1902,7 @@ describe('the run around the checks', () => {
 
   for (const [what, held] of [
     ['a raw probe', (r: Req) => r.method === 'GET' && r.auth === undefined],
-    ['a call', (r: Req) => authorized(r) && r.op === 'retire'],
+    ['a call', (r: Req) => authorized(r) && r.op === 'retire' && r.json?.episode_ids?.length > 0],
     ['a status read', (r: Req, renewed: boolean) => authorized(r) && r.op === 'status' && renewed],
   ] as const) {
     it(`an interrupt while ${what} waits for its reply ends the run at once, and the cleanup still resumes`, async () => {
