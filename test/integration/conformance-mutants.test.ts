@@ -2144,6 +2144,7 @@ describe('the run around the checks', () => {
     expect(await checkManifestLast(dir, 'records-x.jsonl', ['records-x.jsonl'])).toEqual(byTime)
     expect(await checkManifestLast(dir, 'records-x.jsonl', ['manifest.json'])).toEqual(byTime)
     expect(await checkManifestLast(dir, 'records-x.jsonl', [])).toEqual(byTime)
+    expect(await checkManifestLast(dir, 'records-x.jsonl', ['manifest.json', 'records-x.jsonl'])).toEqual({result: 'fail', message: 'manifest.json appeared in the directory before records-x.jsonl'})
     expect(await checkManifestLast(dir, 'records-x.jsonl', ['manifest.json', 'records-x.jsonl', 'manifest.json'])).toEqual({
       result: 'pass',
       message: 'the records file appeared before manifest.json, and was last written before it',
