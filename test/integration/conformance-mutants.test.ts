@@ -2145,6 +2145,13 @@ describe('the run around the checks', () => {
     expect(await checkManifestLast(dir, 'records-x.jsonl', ['manifest.json'])).toEqual(byTime)
     expect(await checkManifestLast(dir, 'records-x.jsonl', [])).toEqual(byTime)
     expect(await checkManifestLast(dir, 'records-x.jsonl', ['manifest.json', 'records-x.jsonl'])).toEqual({result: 'fail', message: 'manifest.json appeared in the directory before records-x.jsonl'})
+    expect(await checkManifestLast(dir, 'records-x.jsonl', ['records-x.jsonl', 'manifest.json'])).toEqual({
+      result: 'pass',
+      message: 'the records file appeared before manifest.json, and was last written before it',
+    })
+    // The same modification time is no sign of the wrong order, and says nothing of the slack.
+    await utimes(path.join(dir, 'manifest.json'), 1_700_000_000, 1_700_000_000)
+    expect(await checkManifestLast(dir, 'records-x.jsonl', null)).toEqual(byTime)
     expect(await checkManifestLast(dir, 'records-x.jsonl', ['manifest.json', 'records-x.jsonl', 'manifest.json'])).toEqual({
       result: 'pass',
       message: 'the records file appeared before manifest.json, and was last written before it',
