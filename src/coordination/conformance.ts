@@ -183,6 +183,8 @@ const StrictCommitReply = z.looseObject({
   }),
   episode_ids: z.array(z.string()),
 })
+/** A resume reply as sent: the client reads a missing `idempotent` as false. */
+const StrictResumeReply = z.looseObject({phase: z.literal('idle'), idempotent: z.boolean()})
 /** Checks that read a successful commit. */
 const AFTER_COMMIT = ['store.manifest', 'store.records', 'store.lines', 'store.manifest-last', 'commit.replay', 'commit.conflict', 'commit.export-once']
 const RECORDS_NAME = /^records-[0-9a-f]{64}\.jsonl$/
@@ -353,6 +355,16 @@ class Session {
     const r = await this.run.client.status(this.ref, ms(this.timeoutS), cleanup ? undefined : this.run.signal)
     if (!cleanup) this.live()
     return r.ok ? r.reply : null
+  }
+
+  /**
+   * A resume whose reply is read as sent: `idempotent` is the reply's own boolean, null when the
+   * reply is no 200 {"phase": "idle", "idempotent": <bool>} (the client would default it to false).
+   */
+  private async resumeAsSent(id: string): Promise<RawReply & {idempotent: boolean | null}> {
+    const r = await this.rawPost('resume', {checkpoint_id: id, deadline_ts: this.deadline()})
+    const parsed = r.status === 200 ? StrictResumeReply.safeParse(r.json) : null
+    return {...r, idempotent: parsed?.success ? parsed.data.idempotent : null}
   }
 
   /** Resumes an ID a refused-by-rule prepare opened anyway, so the next checks start idle. */
@@ -582,7 +594,7 @@ class Session {
       else if (pj.phase !== 'prepared') {
         const rep = (pj.report ?? {}) as {blockers?: unknown}
         o = fail(
-          `prepare replied phase ${JSON.stringify(pj.phase)}${pj.phase === 'preparing' ? `: not ready by the deadline, blockers ${clipInput(JSON.stringify(rep.blockers), 120)} (is the fleet idle?)` : ''}`,
+          `prepare replied phase ${JSON.stringify(pj.phase)}${pj.phase === 'preparing' ? `: not ready by the deadline, blockers ${clipInput(JSON.stringify(rep.blockers) ?? 'missing', 120)} (is the fleet idle?)` : ''}`,
         )
       } else {
         const schema = StrictReport.safeParse(pj.report)
@@ -612,23 +624,21 @@ class Session {
       await this.undo(a)
     } else {
       await this.whilePrepared(a, dl, scratch, prep.json)
-      const res = await this.call('resume', {checkpoint_id: a, deadline_ts: this.deadline()})
+      const res = await this.resumeAsSent(a)
       const st = await this.status()
       this.put(
         'phase.resume',
-        !res.ok
-          ? fail(`resume: ${describeCall(res)}`)
-          : res.reply.phase !== 'idle' || res.reply.idempotent !== false
-            ? fail(`resume replied ${describeCall(res)}, want {"phase": "idle", "idempotent": false}`)
+        res.status !== 200
+          ? fail(`resume: ${describeRaw(res)}`)
+          : res.idempotent !== false
+            ? fail(`resume replied ${describeRaw(res)}, want {"phase": "idle", "idempotent": false}`)
             : !st || st.phase !== 'idle' || st.checkpoint_id !== null || st.lease_expires_at !== null
               ? fail(`after resume, status is ${st ? `phase ${st.phase}, checkpoint_id ${st.checkpoint_id}, lease_expires_at ${st.lease_expires_at}` : 'unreadable'}`)
               : pass('idle, idempotent false; checkpoint_id and lease null'),
       )
       await this.check('phase.resume-again', async () => {
-        const again = await this.call('resume', {checkpoint_id: a, deadline_ts: this.deadline()})
-        return again.ok && again.reply.phase === 'idle' && again.reply.idempotent === true
-          ? pass('idle, idempotent true')
-          : fail(`second resume: ${describeCall(again)}, want {"phase": "idle", "idempotent": true}`)
+        const again = await this.resumeAsSent(a)
+        return again.idempotent === true ? pass('idle, idempotent true') : fail(`second resume: ${describeRaw(again)}, want {"phase": "idle", "idempotent": true}`)
       })
       await this.check('fence.stale-prepare', async () => {
         const r = await this.call('prepare', {checkpoint_id: a, deadline_ts: this.deadline()})
@@ -639,8 +649,8 @@ class Session {
 
     await this.check('fence.resume-unknown', async () => {
       const id = this.freshId()
-      const r = await this.call('resume', {checkpoint_id: id, deadline_ts: this.deadline()})
-      if (!r.ok || r.reply.phase !== 'idle' || r.reply.idempotent !== true) return fail(`resume of a never-seen ID from idle: ${describeCall(r)}, want {"phase": "idle", "idempotent": true}`)
+      const r = await this.resumeAsSent(id)
+      if (r.idempotent !== true) return fail(`resume of a never-seen ID from idle: ${describeRaw(r)}, want {"phase": "idle", "idempotent": true}`)
       const p = await this.call('prepare', {checkpoint_id: id, deadline_ts: this.deadline()})
       if (p.ok) await this.undo(id)
       return refusedWith(p, 409, 'stale_checkpoint')
@@ -799,7 +809,7 @@ class Session {
     await this.check('commit.replay', async () => {
       const again = await this.rawPost('commit', commitBody)
       if (again.status !== 200) return fail(`commit again with equal arguments: ${describeRaw(again)}`)
-      return canonical(again.json) === canonical(first.json) ? pass('the same reply') : fail(`a different reply: ${clipInput(JSON.stringify(again.json), 160)}`)
+      return canonical(again.json) === canonical(first.json) ? pass('the same reply') : fail(`a different reply: ${clipInput(JSON.stringify(again.json) ?? again.text, 160)}`)
     })
     await this.check('commit.conflict', async () => {
       const r = await this.rawPost('commit', {...commitBody, episode_ids: [...(commitBody.episode_ids as unknown[]), {rollout_id: this.freshRollout(), attempt: 0}]})
