@@ -1370,6 +1370,23 @@ const STORE: Case[] = [
     want: {'commit.replay': 'pass: the same reply', 'commit.export-once': 'fail: after the replayed and the conflicting commit, new: extra; gone: old'},
   },
   {
+    name: 'a replayed commit removes a file and adds none',
+    fault: (() => {
+      let n = 0
+      return {
+        after: async (r, a, inner) => {
+          if (r.op !== 'commit' || a.status !== 200) return a
+          const old = path.join(participantDir(r.json.checkpoint_dir, inner.participant!.kind, 'p'), 'old')
+          if (++n === 1) await writeFile(old, 'x')
+          else if (n === 2) await unlink(old)
+          return a
+        },
+      }
+    })(),
+    opts: D(['commit.replay', 'commit.export-once']),
+    want: {'commit.replay': 'pass: the same reply', 'commit.export-once': 'fail: after the replayed and the conflicting commit, gone: old'},
+  },
+  {
     name: 'the participant directory removed by the conflicting commit: an unexpected error fails that check only',
     fault: {
       after: async (r, a) => {
