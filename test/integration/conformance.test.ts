@@ -1,8 +1,6 @@
 import {createHash} from 'node:crypto'
 import {appendFile, mkdtemp, readFile, readdir, rm, stat, unlink, utimes, writeFile} from 'node:fs/promises'
-import http from 'node:http'
 import os from 'node:os'
-import {AddressInfo} from 'node:net'
 import path from 'node:path'
 
 import {describe, expect, it} from 'vitest'
@@ -18,81 +16,18 @@ import {CheckpointId, ResumeRequest} from '../../src/protocol/wire.js'
 import {encodeManifest, participantDir} from '../../src/storage/participant-store.js'
 import {FULL, TOKEN, later, startFleet, waitFor} from '../helpers/fleet.js'
 import {tempDir} from '../helpers/tmp.js'
+import {Answer, Fault, Own, Req, VALID, authorized, err, faulty as proxied} from '../helpers/conformance-proxy.js'
 
 // ---------------------------------------------------------------- a participant that breaks one rule
 // The real double behind a small proxy on 127.0.0.1 that rewrites exactly one behaviour.
 
-interface Req {
-  method: string
-  op: string
-  auth: string | undefined
-  body: string
-  /** The parsed body, undefined when it is not JSON. */
-  json: any
-}
-interface Answer {
-  status: number
-  json: any
-}
-interface Fault {
-  /** Answer in the participant's place (undefined: let it answer). */
-  before?(r: Req, inner: ParticipantServer): Answer | undefined
-  /** The Authorization header forwarded instead. */
-  auth?(r: Req): string | undefined
-  /** The body forwarded instead. */
-  body?(r: Req): string
-  /** Change the participant's answer (and anything on disk). */
-  after?(r: Req, a: Answer, inner: ParticipantServer): Answer | Promise<Answer>
-}
-
-const VALID = `Bearer ${TOKEN}`
-/** Faults other than the auth ones act on well-authorized requests only: the auth checks stay unaffected. */
-const authorized = (r: Req) => r.auth === VALID
-const err = (status: number, code: string): Answer => ({status, json: {error: {code, detail: `fault: ${code}`}}})
 const phase = (inner: ParticipantServer) => inner.controlPlane!.phase
 const activeId = (inner: ParticipantServer) => inner.controlPlane!.checkpointId
 
-/** Cleanups of one table row: rows run concurrently, so each closes only what it started. */
-type Own = (fn: () => Promise<unknown>) => void
-
-async function faulty(own: Own, fault: Fault, opts: {resumedIdsKept?: number; kind?: 'model' | 'agent' | 'resources'} = {}): Promise<{url: string; inner: ParticipantServer}> {
-  const inner = new ParticipantServer({name: 'p', token: TOKEN, participant: new SimDownstream(opts.kind ?? 'model', 'p'), controlPlane: {resumedIdsKept: opts.resumedIdsKept}})
-  await inner.listen()
-  own(() => inner.close())
-  const server = http.createServer((req, res) => {
-    void (async () => {
-      const chunks: Buffer[] = []
-      for await (const c of req as AsyncIterable<Buffer>) chunks.push(c)
-      const body = Buffer.concat(chunks).toString('utf8')
-      let json: unknown
-      try {
-        json = JSON.parse(body)
-      } catch {}
-      const r: Req = {method: req.method!, op: (req.url ?? '').split('/').pop()!, auth: req.headers.authorization, body, json}
-      let a = authorized(r) ? fault.before?.(r, inner) : undefined
-      if (!a) {
-        const auth = fault.auth?.(r) ?? r.auth
-        const headers: Record<string, string> = {'content-type': 'application/json'}
-        if (auth !== undefined) headers.authorization = auth
-        const out = await fetch(inner.url + req.url, {method: r.method, headers, body: r.method === 'POST' ? (authorized(r) && fault.body ? fault.body(r) : body) : undefined})
-        const text = await out.text()
-        let parsed: unknown = text
-        try {
-          parsed = JSON.parse(text)
-        } catch {}
-        a = {status: out.status, json: parsed}
-        if (authorized(r) && fault.after) a = await fault.after(r, a, inner)
-      }
-      res.writeHead(a.status, {'content-type': 'application/json'})
-      res.end(typeof a.json === 'string' ? a.json : JSON.stringify(a.json))
-    })().catch((e: unknown) => {
-      res.writeHead(500)
-      res.end(String(e))
-    })
-  })
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r))
-  own(() => new Promise((r) => server.close(r)))
-  return {url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, inner}
+/** The shared proxy, with `before` acting on well-authorized requests only: the auth checks stay unaffected. */
+function faulty(own: Own, fault: Fault, opts: {resumedIdsKept?: number; kind?: 'model' | 'agent' | 'resources'} = {}): Promise<{url: string; inner: ParticipantServer}> {
+  const before = fault.before
+  return proxied(own, before ? {...fault, before: (r, inner) => (authorized(r) ? before(r, inner) : undefined)} : fault, opts)
 }
 
 async function check(
