@@ -131,11 +131,11 @@ as Gym's own collector lays it out, so either can resume the other's run.\n\n${f
       .map((r) => `${r.rollout_id} after ${r.attempts} attempt(s) (${r.error})`)
       .join('; ')
     if (out.end === 'stopped') {
-      // A stop of the run's own (its output could not be written) says why.
-      const why = failed ? `; ${out.failedRows.length} row(s) failed: ${failed}` : ''
+      // A stop of the run's own (its output could not be written) says why, before what to do.
+      const why = failed ? ` (${out.failedRows.length} row(s) failed: ${failed})` : ''
       if (out.stopCheckpointed)
-        throw new ControllerError('preempted', `stopped after checkpoint '${out.lastCheckpointId}'; continue with the same command and --resume on a freshly started fleet${why}`, summary)
-      throw new ControllerError('interrupted', `stopped, but the stop checkpoint was not taken; --resume continues from the previous checkpoint, if any${why}`, summary)
+        throw new ControllerError('preempted', `stopped after checkpoint '${out.lastCheckpointId}'${why}; continue with the same command and --resume on a freshly started fleet`, summary)
+      throw new ControllerError('interrupted', `stopped, but the stop checkpoint was not taken${why}; --resume continues from the previous checkpoint, if any`, summary)
     }
     if (out.failedRows.length) throw new ControllerError('participant', `${out.failedRows.length} row(s) failed: ${failed}`, summary)
     return summary

@@ -380,8 +380,8 @@ export class Collector {
       try {
         await this.opts.output.append({...r.reply, _ng_rollout_id: id, _ng_attempt_index: p.attempt})
       } catch (err) {
-        // Its result is lost: the row fails (the run exits 4, naming it), not vanishes from the
-        // counts; it is not in the output, so --resume runs it again.
+        // Its result is lost: the row fails (named in the outcome), not vanishes from the counts;
+        // it is not in the output, so --resume runs it again.
         const error = `writing its result to ${this.opts.output.file} failed: ${(err as Error).message}`
         this.opts.log(`/run of ${captureKey({rolloutId: id, attempt: p.attempt})} replied, but ${error}`)
         this.stats.failed++
