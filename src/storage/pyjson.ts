@@ -25,30 +25,14 @@ export function pyFloatRepr(x: number): string {
   if (x === -Infinity) return '-Infinity'
   if (x === 0) return Object.is(x, -0) ? '-0.0' : '0.0'
   const ax = Math.abs(x)
-  if (ax >= 1e-4 && ax < 1e16) {
-    // Both languages print the shortest round-trip digits in fixed notation here.
-    const s = String(x)
-    if (!s.includes('e')) return Number.isInteger(x) ? `${s}.0` : s
-  }
-  const [mant, expText] = x.toExponential().split('e') as [string, string]
-  const neg = mant.startsWith('-')
-  const digits = mant.replace('-', '').replace('.', '')
-  const exp = Number(expText)
-  let out: string
-  if (exp >= -4 && exp < 16) {
-    if (exp >= 0) {
-      const intPart = digits.length > exp + 1 ? digits.slice(0, exp + 1) : digits.padEnd(exp + 1, '0')
-      const frac = digits.length > exp + 1 ? digits.slice(exp + 1) : '0'
-      out = `${intPart}.${frac}`
-    } else {
-      out = `0.${'0'.repeat(-exp - 1)}${digits}`
-    }
-  } else {
-    const m = digits.length > 1 ? `${digits[0]}.${digits.slice(1)}` : digits
-    const e = Math.abs(exp).toString().padStart(2, '0')
-    out = `${m}e${exp < 0 ? '-' : '+'}${e}`
-  }
-  return neg ? `-${out}` : out
+  // Both languages print the shortest round-trip digits, and JavaScript uses fixed notation from
+  // 1e-6 to below 1e21: all of Python's fixed range. Python marks an integral float with `.0`.
+  if (ax >= 1e-4 && ax < 1e16) return Number.isInteger(x) ? `${x}.0` : String(x)
+  // Outside it both write the shortest digits as d.ddd and an exponent; Python's has a sign and
+  // at least two digits (`1e-05`, `1.5e+16`), JavaScript's at least one (`1e-5`).
+  const s = x.toExponential()
+  const e = s.indexOf('e')
+  return s.length - e === 3 ? `${s.slice(0, e + 2)}0${s.slice(e + 2)}` : s
 }
 
 /** `json.dumps(value)` with Python's defaults: `, ` and `: ` separators, ASCII output, NaN tokens. */
@@ -318,6 +302,8 @@ export function pyLoads(text: string): PyValue {
 
 const CONTROL = /[\x00-\x1f]/
 const HEX4 = /^[0-9a-fA-F]{4}$/
+/** The letters of the escapes besides `\u`: `\"` `\\` `\/` `\b` `\f` `\n` `\r` `\t`. */
+const SHORT_ESCAPES = Array.from('"\\/bfnrt', (c) => c.charCodeAt(0))
 
 /** V8 makes a substring this long or longer a view that keeps its parent string alive. */
 const SLICE_MIN = 13
@@ -438,13 +424,13 @@ class Parser {
    * (the same escapes and the same refusal of raw controls as Python's reader): a flat string
    * in one native pass, never a rope of runs that the encoder must flatten later, and never a
    * slice that keeps the whole line alive. Anything JSON.parse refuses is read again by
-   * stringSlow for the exact error.
+   * stringError for the exact error.
    */
   string(): string {
     const s = this.s
     const open = this.i
     let q = s.indexOf('"', open + 1)
-    if (q < 0) return this.stringSlow()
+    if (q < 0) return this.stringError()
     if (this.bs < open) {
       const b = s.indexOf('\\', open)
       this.bs = b < 0 ? Infinity : b
@@ -453,7 +439,7 @@ class Parser {
       const len = q - open - 1
       if (len < SLICE_MIN) {
         // Short: V8 copies substrings this short, so a slice holds nothing else alive.
-        for (let k = open + 1; k < q; k++) if (s.charCodeAt(k) < 0x20) return this.stringSlow()
+        for (let k = open + 1; k < q; k++) if (s.charCodeAt(k) < 0x20) return this.stringError()
         this.i = q + 1
         return s.slice(open + 1, q)
       }
@@ -464,26 +450,29 @@ class Parser {
         while (s.charCodeAt(k) === 0x5c) k--
         if ((q - 1 - k) % 2 === 0) break
         q = s.indexOf('"', q + 1)
-        if (q < 0) return this.stringSlow()
+        if (q < 0) return this.stringError()
       }
     }
     let v: unknown
     try {
       v = JSON.parse(s.slice(open, q + 1))
     } catch {
-      return this.stringSlow()
+      return this.stringError()
     }
     this.i = q + 1
     return v as string
   }
 
-  /** The string token read character by character: only for input JSON.parse refused (the error). */
-  stringSlow(): string {
+  /**
+   * The error in a string token that string() refused: a raw control character, a bad escape, or
+   * no closing quote. Every such token has its error before its closing quote (string() reads the
+   * rest), so this only looks for the error; it decodes nothing.
+   */
+  stringError(): never {
     const s = this.s
     let i = ++this.i
-    let out = ''
     for (;;) {
-      // Copy whole runs up to the next quote or backslash.
+      // The run up to the next quote or backslash.
       const q = s.indexOf('"', i)
       if (q < 0) this.fail('unterminated string')
       const bs = s.indexOf('\\', i)
@@ -493,51 +482,18 @@ class Parser {
         this.i = i + run.search(CONTROL)
         this.fail('invalid control character in string')
       }
-      out += run
-      if (end === q) {
-        this.i = q + 1
-        return out
-      }
-      const e = s[bs + 1]
-      i = bs + 2
-      switch (e) {
-        case '"':
-          out += '"'
-          break
-        case '\\':
-          out += '\\'
-          break
-        case '/':
-          out += '/'
-          break
-        case 'b':
-          out += '\b'
-          break
-        case 'f':
-          out += '\f'
-          break
-        case 'n':
-          out += '\n'
-          break
-        case 'r':
-          out += '\r'
-          break
-        case 't':
-          out += '\t'
-          break
-        case 'u': {
-          const hex = s.slice(i, i + 4)
-          if (!HEX4.test(hex)) {
-            this.i = i
-            this.fail('invalid \\u escape')
-          }
-          out += String.fromCharCode(parseInt(hex, 16))
-          i += 4
-          break
+      // The escape at `end` (the run cannot end at the closing quote: see above).
+      const e = s.charCodeAt(end + 1)
+      i = end + 2
+      if (e === 0x75) {
+        if (!HEX4.test(s.slice(i, i + 4))) {
+          this.i = i
+          this.fail('invalid \\u escape')
         }
-        default:
-          this.i = bs + 1
-          this.fail('invalid escape')
+        i += 4
+      } else if (!SHORT_ESCAPES.includes(e)) {
+        this.i = end + 1
+        this.fail('invalid escape')
       }
     }
   }
