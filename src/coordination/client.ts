@@ -142,7 +142,6 @@ export class ControlClient {
       dispose: () => {
         clearTimeout(timer)
         outer?.removeEventListener('abort', onOuter)
-        calls.clear()
       },
     }
   }
@@ -168,7 +167,7 @@ export class ControlClient {
       const read = await readCapped(res.body, cap)
       if (read === null) {
         res.body.destroy()
-        return fail(res.statusCode === 200 ? 200 : res.statusCode, 'bad_reply', `${route} reply is larger than ${cap / (1 << 20)} MiB; it was not read`)
+        return fail(res.statusCode, 'bad_reply', `${route} reply is larger than ${cap / (1 << 20)} MiB; it was not read`)
       }
       text = read
     } catch (err) {

@@ -283,6 +283,20 @@ describe('replies', () => {
     }
   })
 
+  it('a redirect is any status from 300 to 399: 300 and 399 are not followed, 299 and 400 are error replies', async () => {
+    const envelope = '{"error":{"code":"bad_request","detail":"no"}}'
+    const cases: [number, {code: string | null; message: string}][] = [
+      [300, {code: 'redirect', message: "with no location: not followed (the control token is sent only to the address given); give the server's address as the redirect names it"}],
+      [399, {code: 'redirect', message: "with no location: not followed (the control token is sent only to the address given); give the server's address as the redirect names it"}],
+      [299, {code: 'bad_request', message: 'no'}],
+      [400, {code: 'bad_request', message: 'no'}],
+    ]
+    for (const [status, want] of cases) {
+      const p = await participant(() => ({status, body: envelope}))
+      expect(await client().status({name: 'p', url: p.url}, 5000), String(status)).toEqual({ok: false, failure: {server: 'p', status, ...want}})
+    }
+  })
+
   it('a 200 that is not JSON, too deep, or not the reply the route expects is a bad reply that says why', async () => {
     const junk = await participant(() => ({body: 'x'.repeat(300)}))
     expect(await client().status({name: 'p', url: junk.url}, 5000)).toEqual({ok: false, failure: {server: 'p', status: 200, code: 'bad_reply', message: `reply is not JSON: ${'x'.repeat(200)}`}})
