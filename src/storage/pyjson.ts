@@ -91,16 +91,14 @@ class ByteWriter {
     this.buf = next
   }
 
-  /** An ASCII string. */
+  /** An ASCII string: a keyword, a separator, or the digits of a number (short, so byte by byte). */
   ascii(s: string): void {
     const len = s.length
     this.reserve(len)
-    if (len < 24) {
-      const b = this.buf
-      let n = this.n
-      for (let i = 0; i < len; i++) b[n++] = s.charCodeAt(i)
-      this.n = n
-    } else this.n += this.buf.write(s, this.n, len, 'latin1')
+    const b = this.buf
+    let n = this.n
+    for (let i = 0; i < len; i++) b[n++] = s.charCodeAt(i)
+    this.n = n
   }
 
   byte(c: number): void {
@@ -109,43 +107,29 @@ class ByteWriter {
   }
 
   /**
-   * A number as json.dumps writes it. Integers below 2^31 (token ids, counters) are written digit
-   * by digit and floats in the range where JS and Python print alike straight from String(): no
-   * intermediate string for the one, no second look at it for the other.
+   * A number as json.dumps writes it. An int32 (token ids, counters; not -0, which is the float
+   * -0.0) is written digit by digit, with no intermediate string.
    */
   number(v: number): void {
-    if ((v | 0) === v && (v !== 0 || 1 / v > 0)) {
-      this.reserve(11)
-      const b = this.buf
-      let n = this.n
-      if (v < 0) {
-        b[n++] = 0x2d
-        v = -v
-        // -2^31 has no positive int32: let String() write it.
-        if (v === 0x80000000) {
-          this.n = n
-          return this.ascii('2147483648')
-        }
-      }
-      if (v < 10) b[n++] = 0x30 + v
-      else {
-        let digits = 1
-        for (let x = v; x >= 10; x = (x / 10) | 0) digits++
-        n += digits
-        for (let k = n - 1; v >= 10; k--) {
-          const q = (v / 10) | 0
-          b[k] = 0x30 + v - q * 10
-          v = q
-        }
-        b[n - digits] = 0x30 + v
-      }
-      this.n = n
-      return
+    if (!Object.is(v | 0, v)) return this.ascii(pyNumber(v))
+    this.reserve(11)
+    const b = this.buf
+    let n = this.n
+    if (v < 0) {
+      b[n++] = 0x2d
+      // -2^31 becomes the double 2^31, which `(x / 10) | 0` still divides exactly.
+      v = -v
     }
-    const a = v < 0 ? -v : v
-    // Shortest round-trip digits in fixed notation in both languages; integral ones get `.0` below.
-    if (a >= 1e-4 && a < 1e16 && !Number.isInteger(v)) return this.ascii(String(v))
-    this.ascii(pyNumber(v))
+    let digits = 1
+    for (let x = v; x >= 10; x = (x / 10) | 0) digits++
+    n += digits
+    for (let k = n - 1; v >= 10; k--) {
+      const q = (v / 10) | 0
+      b[k] = 0x30 + v - q * 10
+      v = q
+    }
+    b[n - digits] = 0x30 + v
+    this.n = n
   }
 
   /**
@@ -218,9 +202,8 @@ function write(v: PyValue | undefined, depth: number, w: ByteWriter): void {
     case 'number':
       return w.number(v)
     case 'boolean':
-      return w.ascii(v ? 'true' : 'false')
     case 'bigint':
-      return w.ascii(v.toString())
+      return w.ascii(String(v))
     case 'object':
       break
     default:
