@@ -245,6 +245,23 @@ describe('head server', () => {
     )
   })
 
+  it('an instance list that is not JSON names at most five servers without an address, or says the config gives none', async () => {
+    const seven = Object.fromEntries(['a', 'b', 'c', 'd', 'e', 'f', 'g'].map((n) => [n, {resources_servers: {impl: {host: '10.0.0.1'}}}]))
+    const h = await head({'/global_config_dict_yaml': gymConfig(seven), '/server_instances': {body: 'not json'}})
+    expect((await rejection(readHeadServer(h.url, 5000), ControllerError)).message).toBe(
+      `head server ${h.url}/server_instances answered something that is not JSON, and the global config gives no host and port for a, b, c, d, e, …: fix the head server, or name each server with --server NAME=URL (or --fleet FILE)`,
+    )
+    const five = Object.fromEntries(['a', 'b', 'c', 'd', 'e'].map((n) => [n, {resources_servers: {impl: {host: '10.0.0.1'}}}]))
+    const h5 = await head({'/global_config_dict_yaml': gymConfig(five), '/server_instances': {body: 'not json'}})
+    expect((await rejection(readHeadServer(h5.url, 5000), ControllerError)).message).toBe(
+      `head server ${h5.url}/server_instances answered something that is not JSON, and the global config gives no host and port for a, b, c, d, e: fix the head server, or name each server with --server NAME=URL (or --fleet FILE)`,
+    )
+    const empty = await head({'/global_config_dict_yaml': gymConfig({policy_base_url: 'http://x/v1'}), '/server_instances': {body: 'not json'}})
+    expect((await rejection(readHeadServer(empty.url, 5000), ControllerError)).message).toBe(
+      `head server ${empty.url}/server_instances answered something that is not JSON, and the global config gives no server: fix the head server, or name each server with --server NAME=URL (or --fleet FILE)`,
+    )
+  })
+
   it('a server with no address anywhere, or a bad one, is named', async () => {
     const h = await head({
       '/global_config_dict_yaml': gymConfig({a: {resources_servers: {impl: {host: '10.0.0.1'}}}}),
@@ -446,6 +463,30 @@ describe('discover', () => {
     expect(tries[2]!.at - tries[1]!.at).toBeGreaterThanOrEqual(390)
     expect(e.failures).toEqual([{server: 'down', status: null, code: 'connection', message: 'connection refused (is the server running?) after 3 tries'}])
     expect(e.message).toBe('checkpoint discover failed on 1 participant(s): down: connection refused (is the server running?) after 3 tries. every participant must answer before a checkpoint is safe')
+  })
+
+  it('the waits between tries are 200 ms, then 400 ms, on the clock (not only at least that long)', async () => {
+    // Timed on a fake clock: a loaded machine can only make real waits longer, so a real-time test
+    // cannot see a wait that is too short but runs late.
+    vi.useFakeTimers()
+    try {
+      const {client, calls} = scripted({down: [refused]})
+      const tries = () => calls.filter((c) => c.server === 'down').length
+      const failed = rejection(discover(client, refs('down'), {tries: 3, probeTimeoutMs: 10_000}), ControllerError)
+      await vi.advanceTimersByTimeAsync(0)
+      expect(tries()).toBe(1)
+      await vi.advanceTimersByTimeAsync(199)
+      expect(tries()).toBe(1)
+      await vi.advanceTimersByTimeAsync(1)
+      expect(tries()).toBe(2)
+      await vi.advanceTimersByTimeAsync(399)
+      expect(tries()).toBe(2)
+      await vi.advanceTimersByTimeAsync(1)
+      expect(tries()).toBe(3)
+      expect((await failed).message).toMatch(/after 3 tries/)
+    } finally {
+      vi.useRealTimers()
+    }
   })
 
   it('tries as often as told; a connection that comes back is a participant', async () => {
