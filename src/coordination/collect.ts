@@ -444,7 +444,6 @@ export class Collector {
   }
 
   private async forgetAll(ids: string[]): Promise<void> {
-    if (ids.length === 0) return
     try {
       await forget(this.c, 'forget', ids, Date.now() / 1000 + this.opts.timeoutS)
       for (const id of ids) {

@@ -172,6 +172,16 @@ describe('collect: dispatch', () => {
     expect(most).toBe(3)
   })
 
+  it('a 200 whose body is JSON but a string or a number fails the attempt as not a result', async () => {
+    const {fleet, w} = await setup(1)
+    const env = fleet.server('env')
+    env.faults.add('run', {type: 'status', status: 200, body: '"done"'}).add('run', {type: 'status', status: 200, body: '7'})
+    const {collector, logs} = await inProcess(await coordinatorFor(fleet), fleet, w, {concurrency: 1, maxAttempts: 3})
+    expect(await collector.run()).toMatchObject({end: 'finished', done: 1, retried: 2, failed: 0})
+    expect(logs.filter((l) => l.includes(' failed: '))).toEqual(['/run of r00 failed: HTTP 200  "done"', '/run of r00-a1 failed: HTTP 200  7'])
+    expect(await written(w)).toEqual([['r00', 2]])
+  })
+
   it('a --run-url with a trailing slash reaches /run', async () => {
     const {fleet, w} = await setup(2)
     const collector = new Collector(await coordinatorFor(fleet), {
@@ -543,12 +553,17 @@ describe('collect: forgetting retired rollouts', () => {
     const run = sim.run.bind(sim)
     // r00 fails at every attempt, r01 at its first; the others run long.
     sim.run = (body) => (body.rollout_id === 'r00' || (body.rollout_id === 'r01' && body.attempt === 0) ? Promise.reject(new Error('boom')) : run(body))
-    const rows = [...quickRows(2), ...makeRows(2, {prefix: 'long', steps: 100, stepMs: 25})]
+    // mid00 ends about a second in, after r01 is forgotten: the run goes round once more, and
+    // must not forget r01 again.
+    const rows = [...quickRows(2), ...makeRows(1, {prefix: 'mid', steps: 40, stepMs: 25}), ...makeRows(2, {prefix: 'long', steps: 200, stepMs: 25})]
     const w = await workdir(await tempDir(), rows)
-    const {collector} = await inProcess(await coordinatorFor(fleet), fleet, w, {concurrency: 4, maxAttempts: 2})
+    const {collector} = await inProcess(await coordinatorFor(fleet), fleet, w, {concurrency: 5, maxAttempts: 2})
     const done = collector.run()
     await waitFor(() => forgetsSent(env).includes('r01'), 10_000, 'r01 forgotten')
-    expect((await readOutput(w.output)).map((r) => r._ng_rollout_id)).toEqual(['r01'])
+    // (A line being appended may be half there: read again.)
+    await waitFor(async () => (await readOutput(w.output).catch(() => [])).some((r) => r._ng_rollout_id === 'mid00'), 10_000, 'mid00 written')
+    expect((await readOutput(w.output)).map((r) => r._ng_rollout_id).sort()).toEqual(['mid00', 'r01'])
+    expect(forgetsSent(env)).toEqual(['r01'])
     collector.requestStop()
     const out = await done
     expect(out).toMatchObject({end: 'stopped', stopCheckpointed: true, failed: 1, retried: 2})
