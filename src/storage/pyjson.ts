@@ -20,16 +20,14 @@ export class PyJsonError extends Error {
 
 /** Python's repr() of a float: shortest round-trip digits, fixed notation for 1e-4 <= |x| < 1e16. */
 export function pyFloatRepr(x: number): string {
-  if (Number.isNaN(x)) return 'NaN'
-  if (x === Infinity) return 'Infinity'
-  if (x === -Infinity) return '-Infinity'
   if (x === 0) return Object.is(x, -0) ? '-0.0' : '0.0'
   const ax = Math.abs(x)
   // Both languages print the shortest round-trip digits, and JavaScript uses fixed notation from
   // 1e-6 to below 1e21: all of Python's fixed range. Python marks an integral float with `.0`.
   if (ax >= 1e-4 && ax < 1e16) return Number.isInteger(x) ? `${x}.0` : String(x)
   // Outside it both write the shortest digits as d.ddd and an exponent; Python's has a sign and
-  // at least two digits (`1e-05`, `1.5e+16`), JavaScript's at least one (`1e-5`).
+  // at least two digits (`1e-05`, `1.5e+16`), JavaScript's at least one (`1e-5`). NaN, Infinity
+  // and -Infinity have no exponent, and toExponential spells them as json.dumps does.
   const s = x.toExponential()
   const e = s.indexOf('e')
   return s.length - e === 3 ? `${s.slice(0, e + 2)}0${s.slice(e + 2)}` : s
@@ -220,13 +218,9 @@ function write(v: PyValue | undefined, depth: number, w: ByteWriter): void {
         w.byte(0x20)
       }
       const x = v[i]
-      // Numbers (token ids, logprobs) without the dispatch and the depth check; a float where JS
-      // and Python print alike without even a call.
-      if (typeof x === 'number') {
-        const a = x < 0 ? -x : x
-        if (a >= 1e-4 && a < 1e16 && a !== Math.floor(a)) w.ascii(String(x))
-        else w.number(x)
-      } else write(x, depth + 1, w)
+      // Numbers (token ids, logprobs) without the dispatch and the depth check.
+      if (typeof x === 'number') w.number(x)
+      else write(x, depth + 1, w)
     }
     return w.byte(RBRACKET)
   }

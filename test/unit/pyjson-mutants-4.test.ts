@@ -77,6 +77,9 @@ describe('pyFloatRepr outside the fixed range: the exponent with a sign and at l
     [-0, '-0.0'],
     [0.0001, '0.0001'],
     [-9999999999999998, '-9999999999999998.0'],
+    [NaN, 'NaN'],
+    [Infinity, 'Infinity'],
+    [-Infinity, '-Infinity'],
   ])('%s is written %s', (x, repr) => {
     expect(pyFloatRepr(x)).toBe(repr)
   })
@@ -108,5 +111,12 @@ describe('pyDumpsView: the scratch buffer that the next call overwrites', () => 
     expect(later.buffer === past.buffer, 'the 32 MiB buffer').toBe(false)
     expect(later.buffer === at.buffer, 'the 16 MiB buffer').toBe(true)
     expect(later.toString('latin1')).toBe('[2]')
+  })
+})
+
+describe('PyJsonError', () => {
+  it('is named so in a stack or a log line', () => {
+    expect(new PyJsonError('x').name).toBe('PyJsonError')
+    expect(String(new PyJsonError('bad'))).toBe('PyJsonError: bad')
   })
 })
