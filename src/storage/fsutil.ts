@@ -61,7 +61,7 @@ export async function fsyncUpTo(from: string, upTo: string): Promise<void> {
   const stop = path.resolve(upTo)
   for (;;) {
     await fsyncDir(dir)
-    if (dir === stop) return
+    // Up to `stop` (the first directory that does not start with `stop/` is `stop` itself).
     const parent = path.dirname(dir)
     if (parent === dir || !dir.startsWith(stop + path.sep)) return
     dir = parent
