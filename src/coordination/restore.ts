@@ -138,6 +138,11 @@ export async function planRestore(c: Coordinator, opts: RestoreOptions): Promise
   }
 }
 
+/** What failed after the restore: each participant's failure, or the error's own message. */
+function failureDetail(err: unknown): string {
+  return err instanceof CoordinationError ? err.failures.map((f) => `${f.server}: ${failureMessage(f)}`).join('; ') : (err as Error).message
+}
+
 /**
  * Throws the error the real restore would stop at; returns when it would go ahead. A dry run's
  * errors say so ("dry run: ..."): the same refusals, and nothing was sent either way.
@@ -249,7 +254,7 @@ export async function restoreCheckpoint(c: Coordinator, opts: RestoreOptions): P
     const retireFirst = [...plan.restarted, ...(opts.retireFirst ?? [])]
     if (retireFirst.length) {
       await retire(finish, restoreId, retireFirst, Date.now() / 1000 + timeoutS).catch((err: unknown) => {
-        const detail = err instanceof CoordinationError ? err.failures.map((f) => `${f.server}: ${failureMessage(f)}`).join('; ') : (err as Error).message
+        const detail = failureDetail(err)
         throw new ControllerError(
           'participant',
           `restore '${restoreId}' of '${plan.checkpointId}' succeeded everywhere, but retiring the ${retireFirst.length} crashed attempt(s) that start over failed: ${detail}. ` +
@@ -266,7 +271,7 @@ export async function restoreCheckpoint(c: Coordinator, opts: RestoreOptions): P
     if (!opts.keepClosed) {
       // The restore's deadline may have passed during the restore and the retire: at least 30 s more.
       await resume(finish, restoreId, Math.max(deadlineTs, Date.now() / 1000 + 30)).catch((err: unknown) => {
-        const detail = err instanceof CoordinationError ? err.failures.map((f) => `${f.server}: ${failureMessage(f)}`).join('; ') : (err as Error).message
+        const detail = failureDetail(err)
         throw new ControllerError('participant', `restore '${restoreId}' of '${plan.checkpointId}' succeeded everywhere, but resuming it failed: ${detail}. Resume it again with its restore ID.`, {
           restore_id: restoreId,
         }).withNext(nextStep('resume', ['--id', restoreId]))

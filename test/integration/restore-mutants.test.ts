@@ -234,6 +234,65 @@ describe('planRestore and restoreCheckpoint', () => {
     for (const s of target.servers.filter((x) => x.controlPlane)) expect(s.controlPlane!.phase, s.name).toBe('idle')
   })
 
+  it('after a retire that fails, the line to paste lists at most 20 attempts; more are only in the details', async () => {
+    // 1 restart + 19 given = 20: the retire line is offered.
+    const a = await checkpointed()
+    a.target.server('agent').faults.add('retire', {type: 'status', status: 500})
+    const twenty = Array.from({length: 19}, (_, i) => episode(`x${i}`, 1))
+    const err = (await restoreCheckpoint(a.tc, {location: a.root, retireFirst: twenty}).catch((e: unknown) => e)) as ControllerError
+    expect(err.message).toMatch(/ retiring the 20 crashed attempt\(s\) that start over failed: agent: HTTP 500 /)
+    expect(err.next.map((n) => n.command)).toEqual(['retire', 'resume'])
+    expect(err.next[0]!.args.filter((x) => x === '--episode')).toHaveLength(20)
+    // 21: only the resume line; the attempts are in the details.
+    const b = await checkpointed()
+    b.target.server('agent').faults.add('retire', {type: 'status', status: 500})
+    const more = (await restoreCheckpoint(b.tc, {location: b.root, retireFirst: [...twenty, episode('x19', 1)]}).catch((e: unknown) => e)) as ControllerError
+    expect(more.message).toMatch(/ retiring the 21 crashed attempt\(s\) /)
+    expect(more.next.map((n) => n.command)).toEqual(['resume'])
+    expect((more.details as {retire: unknown[]}).retire).toHaveLength(21)
+  })
+
+  it('a participant of the checkpoint is present only with both its kind and its instance', async () => {
+    const {root} = await checkpointed()
+    // resources/res is gone; the fleet has a resources server of another instance, and a server
+    // named res of another kind.
+    const fleet = await startFleet({
+      members: [
+        {name: 'env', kind: 'environment'},
+        {name: 'policy', kind: 'model'},
+        {name: 'agent', kind: 'agent'},
+        {name: 'res2', kind: 'resources'},
+      ],
+    })
+    const plan = await planRestore(await coordinatorFor(fleet), {location: root})
+    expect(plan.missing.map((m) => `${m.kind}/${m.instance}`)).toEqual(['resources/res'])
+    const other = await startFleet({
+      members: [
+        {name: 'env', kind: 'environment'},
+        {name: 'policy', kind: 'model'},
+        {name: 'agent', kind: 'agent'},
+        {name: 'res', kind: 'model'},
+      ],
+    })
+    const plan2 = await planRestore(await coordinatorFor(other), {location: root})
+    expect(plan2.missing.map((m) => `${m.kind}/${m.instance}`)).toEqual(['resources/res'])
+  })
+
+  it('two participants the fleet lacks are both named, and the dry run says it sent nothing to a fleet with one unreachable', async () => {
+    const {root} = await checkpointed()
+    const fleet = await startFleet({members: [{name: 'env', kind: 'environment'}, {name: 'policy', kind: 'model'}]})
+    const plan = await planRestore(await coordinatorFor(fleet), {location: root})
+    expect(plan.missing.map((m) => `${m.kind}/${m.instance}`).sort()).toEqual(['agent/agent', 'resources/res'])
+    const lost = plan.missing.filter((m) => m.install !== 0)
+    expect(lost).toHaveLength(2)
+    expect(() => assertRestorable(plan)).toThrow(/no server of this fleet restores: \w+\/\w+ \(\d+ record\(s\) in the scope\), \w+\/\w+ \(\d+ record\(s\) in the scope\)\. /)
+    const skipped = await planRestore(await coordinatorFor(fleet), {location: root, skipVerify: true})
+    expect(() => assertRestorable(skipped)).toThrow(/no server of this fleet restores: (agent\/agent|resources\/res) \(records not read: --skip-verify\), (agent\/agent|resources\/res) \(records not read: --skip-verify\)\. /)
+    const unreachable: RestorePlan = {...plan, unreachable: [{server: 'x', status: null, code: 'connection', message: 'refused'}]}
+    expect(() => assertRestorable(unreachable, {dryRun: true})).toThrow('every participant must answer before a restore; the dry run sent nothing')
+    expect(() => assertRestorable(unreachable)).toThrow('every participant must answer before a restore; nothing was sent')
+  })
+
   it('a resume that fails after a restore that succeeded names the restore ID to resume with', async () => {
     const {root, target, tc} = await checkpointed()
     target.server('res').faults.add('resume', {type: 'status', status: 500})
@@ -339,5 +398,18 @@ describe('restoreCheckpoint: timings and the restore log', () => {
       expect(s.controlPlane!.phase, s.name).toBe('idle')
     }
     expect((await readRestoreLog(root)).entries.map((e) => [e.outcome, e.error])).toEqual([['restored', err.message]])
+  })
+
+  it('the same interrupt with keepClosed says the fleet is kept closed, as asked', async () => {
+    const {root, target, tc} = await checkpointed()
+    const abort = new AbortController()
+    target.server('agent').faults.add('retire', {type: 'delay', ms: 300})
+    const onCall = (e: {operation: string; server: string; ms: number | null}) => {
+      if (e.operation === 'retire' && e.server === 'agent' && e.ms === null) setImmediate(() => abort.abort())
+    }
+    const err = (await restoreCheckpoint({...tc, signal: abort.signal, onCall}, {location: root, keepClosed: true}).catch((e: unknown) => e)) as ControllerError
+    expect(err.code).toBe('interrupted')
+    expect(err.message).toMatch(/^interrupted during restore 'restore-[0-9a-f]+' of 'ck-1', which succeeded everywhere; the fleet is kept closed, as asked$/)
+    for (const s of target.servers.filter((x) => x.controlPlane)) expect(s.controlPlane!.phase, s.name).toBe('restored')
   })
 })
