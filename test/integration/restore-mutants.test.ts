@@ -280,14 +280,21 @@ describe('planRestore and restoreCheckpoint', () => {
 
   it('two participants the fleet lacks are both named, and the dry run says it sent nothing to a fleet with one unreachable', async () => {
     const {root} = await checkpointed()
-    const fleet = await startFleet({members: [{name: 'env', kind: 'environment'}, {name: 'policy', kind: 'model'}]})
+    const fleet = await startFleet({
+      members: [
+        {name: 'env', kind: 'environment'},
+        {name: 'policy', kind: 'model'},
+      ],
+    })
     const plan = await planRestore(await coordinatorFor(fleet), {location: root})
     expect(plan.missing.map((m) => `${m.kind}/${m.instance}`).sort()).toEqual(['agent/agent', 'resources/res'])
     const lost = plan.missing.filter((m) => m.install !== 0)
     expect(lost).toHaveLength(2)
     expect(() => assertRestorable(plan)).toThrow(/no server of this fleet restores: \w+\/\w+ \(\d+ record\(s\) in the scope\), \w+\/\w+ \(\d+ record\(s\) in the scope\)\. /)
     const skipped = await planRestore(await coordinatorFor(fleet), {location: root, skipVerify: true})
-    expect(() => assertRestorable(skipped)).toThrow(/no server of this fleet restores: (agent\/agent|resources\/res) \(records not read: --skip-verify\), (agent\/agent|resources\/res) \(records not read: --skip-verify\)\. /)
+    expect(() => assertRestorable(skipped)).toThrow(
+      /no server of this fleet restores: (agent\/agent|resources\/res) \(records not read: --skip-verify\), (agent\/agent|resources\/res) \(records not read: --skip-verify\)\. /,
+    )
     const unreachable: RestorePlan = {...plan, unreachable: [{server: 'x', status: null, code: 'connection', message: 'refused'}]}
     expect(() => assertRestorable(unreachable, {dryRun: true})).toThrow('every participant must answer before a restore; the dry run sent nothing')
     expect(() => assertRestorable(unreachable)).toThrow('every participant must answer before a restore; nothing was sent')
