@@ -483,15 +483,19 @@ describe('collect: checkpoint and stop requests', () => {
     expect(Number(m![1])).toBeLessThanOrEqual(wall)
   })
 
-  it('a stop asked for while the last rows run (none queued) takes its checkpoint and ends stopped', async () => {
-    const fleet = await startFleet({members: FULL})
+  /** Two long rows, both in flight, then a stop: the outcome and the work dir. */
+  async function stopWhileTwoRun(fleet: Fleet): Promise<{out: Awaited<ReturnType<Collector['run']>>; w: Workdir}> {
     const w = await workdir(await tempDir(), makeRows(2, {steps: 60, stepMs: 25}))
     let stats: CollectStats | undefined
     const {collector} = await inProcess(await coordinatorFor(fleet), fleet, w, {onProgress: (s) => (stats = s)})
     const done = collector.run()
     await waitFor(() => stats?.inFlight === 2, 10_000, 'both rows in flight')
     collector.requestStop()
-    const out = await done
+    return {out: await done, w}
+  }
+
+  it('a stop asked for while the last rows run (none queued) takes its checkpoint and ends stopped', async () => {
+    const {out, w} = await stopWhileTwoRun(await startFleet({members: FULL}))
     expect(out).toMatchObject({end: 'stopped', stopCheckpointed: true, checkpoints: 1, done: 0})
     const summary = await readCheckpointSummary(path.join(w.root, out.lastCheckpointId!))
     expect(summary!.continued.map((e) => e.rollout_id).sort()).toEqual(['r00', 'r01'])
@@ -516,13 +520,7 @@ describe('collect: checkpoint and stop requests', () => {
   it('a stop whose checkpoint is not taken (a commit fails) ends stopped without a checkpoint: nothing to --resume from', async () => {
     const fleet = await startFleet({members: FULL})
     fleet.server('policy').faults.add('commit', {type: 'status', status: 500})
-    const w = await workdir(await tempDir(), makeRows(2, {steps: 60, stepMs: 25}))
-    let stats: CollectStats | undefined
-    const {collector} = await inProcess(await coordinatorFor(fleet), fleet, w, {onProgress: (s) => (stats = s)})
-    const done = collector.run()
-    await waitFor(() => stats?.inFlight === 2, 10_000, 'both rows in flight')
-    collector.requestStop()
-    const out = await done
+    const {out, w} = await stopWhileTwoRun(fleet)
     expect(out).toMatchObject({end: 'stopped', stopCheckpointed: false, checkpoints: 0, checkpointsFailed: 1})
     expect(await readdir(w.root)).not.toContain('LATEST')
   })
