@@ -279,21 +279,27 @@ export async function resumeFleet(c: Coordinator, discovery: Discovery, opts: {i
   const result: StageResult<'resume'> = id ? await resumeAll(c, id, opts.deadlineTs) : {replies: new Map(), failures: []}
   // A participant that had it open at discovery reopened, whatever its reply says: a resume sent
   // again after a dropped connection (client.ts) is answered `idempotent` when the first one landed.
-  const hadOpen = new Set(discovery.participants.filter((p) => p.status.phase !== 'idle' && p.status.checkpoint_id === id).map((p) => p.server))
+  // (A status names a checkpoint exactly when its phase is not idle, reference 3.1.)
+  const hadOpen = new Set(discovery.participants.filter((p) => p.status.checkpoint_id === id).map((p) => p.server))
   const reopened = [...result.replies].filter(([server, r]) => !r.idempotent || hadOpen.has(server)).length
   const outcome = {...result, checkpointId: id, reopened, active, unreachable: down}
   if (id && result.failures.length) {
     const others = active.filter((k) => k !== id)
-    const conflict = result.failures.some((f) => f.code === 'checkpoint_conflict')
+    const isConflict = (f: ParticipantFailure) => f.code === 'checkpoint_conflict'
+    // A conflict with a checkpoint open at discovery points at that one; any other failure (or a
+    // conflict with one opened since) needs this resume again. Both can happen in one resume.
+    const elsewhere = others.length > 0 && result.failures.some(isConflict)
+    const again = !elsewhere || !result.failures.every(isConflict)
     // Members that were down are named too: they are as closed as the ones that failed.
     const alsoDown = down.length ? `; down, reopening when their lease expires: ${down.map((f) => `${f.server} (${failureMessage(f)})`).join(', ')}` : ''
-    const error = new CoordinationError(
-      'resume',
-      [...result.failures, ...down],
-      (conflict && others.length
-        ? `those participants hold another checkpoint (${others.join(', ')}); resume that one if no controller is still working on it`
-        : `the other participants were resumed; resume '${id}' again`) + alsoDown,
-    ).withNext(...(conflict && others.length ? others.map((k) => nextStep('resume', ['--id', k])) : [nextStep('resume', ['--id', id])]))
+    const advice = [
+      ...(elsewhere ? [`those refusing with checkpoint_conflict hold another checkpoint (${others.join(', ')}); resume that one if no controller is still working on it`] : []),
+      ...(again ? [`the other participants were resumed; resume '${id}' again`] : []),
+    ]
+    const error = new CoordinationError('resume', [...result.failures, ...down], advice.join('; ') + alsoDown).withNext(
+      ...(elsewhere ? others.map((k) => nextStep('resume', ['--id', k])) : []),
+      ...(again ? [nextStep('resume', ['--id', id])] : []),
+    )
     return {...outcome, error}
   }
   if (down.length) {
@@ -583,7 +589,6 @@ export async function commitAndPublish(c: Coordinator, plan: CommitPlan): Promis
     const continued = (scope ?? [...committed].sort().map(fromCaptureKey)).filter((e) => open === null || open.has(captureKey(e)))
     const restarted = plan.episodes ? plan.episodes.filter((e) => restartKeys.has(captureKey(e))) : plan.restarts
     const publish = plan.publish ?? true
-    let verified: {kind: string; instance: string; bytes: number}[] = []
     if (publish) {
       const manifest: ControllerManifest = {
         format_version: FORMAT_VERSION,
@@ -621,14 +626,15 @@ export async function commitAndPublish(c: Coordinator, plan: CommitPlan): Promis
           throw new ControllerError('invalid_checkpoint', `cannot write ${path.join(checkpointDir, 'collection.json')}: ${describeFsError(err)}; LATEST was not moved${await setAside(checkpointDir)}`)
         })
       }
-      // The publish gate: LATEST moves only to a checkpoint that passes what restore checks.
-      const verify = await verifyCheckpoint(checkpointDir, {expect: c.participants.map((p) => ({kind: p.kind, instance: p.instance, server: p.server}))}).catch(async (err: unknown) => {
+      // The publish gate: LATEST moves only to a checkpoint that passes what restore checks. The
+      // controller manifest just written names every participant, so verify finds each one missing
+      // (no `expect` list: it would name each a second time).
+      const verify = await verifyCheckpoint(checkpointDir).catch(async (err: unknown) => {
         if (err instanceof CheckpointStateError) return err
         throw new ControllerError('invalid_checkpoint', `cannot verify ${checkpointDir} before publishing it: ${(err as Error).message}; LATEST was not moved${await setAside(checkpointDir)}`)
       })
       const errors: VerifyProblem[] =
         verify instanceof CheckpointStateError ? [{severity: 'error', where: checkpointDir, message: verify.message}] : verify.problems.filter((p) => p.severity === 'error')
-      if (!(verify instanceof CheckpointStateError)) verified = verify.participants
       if (errors.length) {
         const aside = await setAside(checkpointDir)
         // The same details as a restore refusing a checkpoint that fails verification.
@@ -646,7 +652,7 @@ export async function commitAndPublish(c: Coordinator, plan: CommitPlan): Promis
         throw new ControllerError('invalid_checkpoint', `cannot publish ${checkpointDir}: replacing ${path.join(path.resolve(plan.root), 'LATEST')} failed: ${describeFsError(err)}`)
       }
     }
-    const timings = timer.table(c.participants, await committedSizes(checkpointDir, replies, verified))
+    const timings = timer.table(c.participants, await committedSizes(checkpointDir, replies))
     return {checkpointId: plan.checkpointId, checkpointDir, continued, restarted, replies, awaitedRuns, published: publish, timings}
   })
 }
@@ -662,23 +668,17 @@ async function setAside(checkpointDir: string): Promise<string> {
   )
 }
 
-/** Records and bytes per committing server: bytes from the publish gate's verify, else a stat of the records file. */
-async function committedSizes(
-  checkpointDir: string,
-  replies: Map<string, CommitReply>,
-  verified: {kind: string; instance: string; bytes: number}[],
-): Promise<Map<string, {records: number; bytes: number | null}>> {
+/** Records and bytes per committing server: the size of the records file its manifest names (null when there is none to stat). */
+async function committedSizes(checkpointDir: string, replies: Map<string, CommitReply>): Promise<Map<string, {records: number; bytes: number | null}>> {
   const out = new Map<string, {records: number; bytes: number | null}>()
   await Promise.all(
     [...replies].map(async ([server, r]) => {
       const m = r.manifest
-      let bytes = verified.find((v) => v.kind === m.kind && v.instance === m.instance)?.bytes ?? null
       // Names from a participant are untrusted: only a base name is joined, and only stat'ed.
-      if (bytes === null)
-        bytes = await stat(path.join(checkpointDir, 'gym', path.basename(m.kind), path.basename(m.instance), path.basename(m.records_file))).then(
-          (st) => st.size,
-          () => null,
-        )
+      const bytes = await stat(path.join(checkpointDir, 'gym', path.basename(m.kind), path.basename(m.instance), path.basename(m.records_file))).then(
+        (st) => st.size,
+        () => null,
+      )
       out.set(server, {records: m.record_count, bytes})
     }),
   )
@@ -763,7 +763,8 @@ export async function checkpoint(c: Coordinator, opts: CheckpointOptions): Promi
     const closed = await closeCheckpoint(c, id, Date.now() / 1000 + timeoutS, log)
     phase('resume', closed.resumed ? 'done' : 'failed')
     const after = afterClose(id, closed)
-    if (error !== undefined || !outcome) {
+    // commitAndPublish either resolved (`outcome`) or threw (`error`).
+    if (!outcome) {
       if (c.signal?.aborted) throw new ControllerError('interrupted', `interrupted during checkpoint '${id}'; nothing was published; ${after.text}`).withNext(...after.next)
       if (error instanceof CoordinationError)
         throw new CoordinationError(error.operation, error.failures, `nothing was published; ${after.text}; checkpoint again (under a new ID)`).withNext(...after.next)

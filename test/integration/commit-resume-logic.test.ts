@@ -2,7 +2,7 @@
 // controller.ts preparedForCommit, resumeFleet), against real fleets of the participant double:
 // the checkpoint found, the restarts reported, every refusal (and that it sent nothing), the
 // close-then-throw path when a holder is down or came back empty, and what resume leaves behind.
-import {readFile} from 'node:fs/promises'
+import {mkdir, readFile} from 'node:fs/promises'
 import path from 'node:path'
 
 import {describe, expect, it} from 'vitest'
@@ -13,10 +13,10 @@ import {SimDownstream, SimEnvironment} from '../../src/control-plane/sim.js'
 import {ControlClient} from '../../src/coordination/client.js'
 import {commitAndPublish, prepareOrAbort, preparedForCommit, resumeFleet} from '../../src/coordination/controller.js'
 import {Discovery, discover} from '../../src/coordination/discover.js'
-import {ControllerError, CoordinationError, nextStep} from '../../src/coordination/errors.js'
+import {ControllerError, CoordinationError, failureMessage, nextStep} from '../../src/coordination/errors.js'
 import {Coordinator, prepare} from '../../src/coordination/operations.js'
 import {FULL, TOKEN, control, later, soon, startFleet, waitFor} from '../helpers/fleet.js'
-import {SCOPE_RECORD} from '../../src/storage/root.js'
+import {SCOPE_RECORD, writeScopeRecord} from '../../src/storage/root.js'
 import {tempDir} from '../helpers/tmp.js'
 import {rejection} from '../helpers/errors.js'
 
@@ -179,6 +179,33 @@ describe('preparedForCommit: what a stateless commit commits', () => {
     expect(scopes('agent')).toEqual([['s', 'q', 'r']])
   })
 
+  it('a retry whose episodes differ from the first try only by a restart reported since: the same scope, in any order of the record, is accepted', async () => {
+    const fleet = await preparedFleet('c1')
+    const {c} = await look(fleet)
+    fleet.server('agent').faults.add('commit', {type: 'status', status: 500})
+    const root = await tempDir()
+    const [s, q, r, t] = ['s', 'q', 'r', 't'].map((id) => ({rolloutId: id, attempt: 0}))
+    const plan = {checkpointId: 'c1', root, deadlineTs: soon(), rememberScope: true}
+    await expect(commitAndPublish(c, {...plan, episodes: [s, q, r], restarts: []})).rejects.toThrow(/agent: HTTP 500/)
+    // The record keeps the scope as sent (not sorted), so only a sorted comparison finds it equal.
+    expect(JSON.parse(await readFile(path.join(root, 'c1', SCOPE_RECORD), 'utf8'))).toEqual({checkpoint_id: 'c1', given: ['q', 'r', 's'], scope: ['s', 'q', 'r']})
+    // Now t is given too, but it is a restart: the scope is the same set, the given list is not.
+    const out = await commitAndPublish(c, {...plan, episodes: [s, q, r, t], restarts: [t], committedOn: ['env', 'policy', 'res']})
+    expect(out.published).toBe(true)
+    expect(out.continued).toEqual([s, q, r])
+  })
+
+  it('a scope record of another checkpoint in the directory is no first try of this one: the commit goes on and records its own', async () => {
+    const fleet = await preparedFleet('c1')
+    const {c} = await look(fleet)
+    const root = await tempDir()
+    await mkdir(path.join(root, 'c1'), {recursive: true})
+    await writeScopeRecord(path.join(root, 'c1'), {checkpoint_id: 'c0', given: ['x'], scope: ['x']})
+    const out = await commitAndPublish(c, {checkpointId: 'c1', root, episodes: [], restarts: [], deadlineTs: soon(), rememberScope: true})
+    expect(out.published).toBe(true)
+    expect(JSON.parse(await readFile(path.join(root, 'c1', SCOPE_RECORD), 'utf8'))).toEqual({checkpoint_id: 'c1', given: [], scope: []})
+  })
+
   it('a retry into another directory than the first try (another --root) is refused before sending when some participant committed', async () => {
     const fleet = await preparedFleet('c1')
     const {c} = await look(fleet)
@@ -284,6 +311,9 @@ describe('preparedForCommit: what a stateless commit commits', () => {
     expect((err as CoordinationError).failures.map((f) => f.server)).toEqual(['agent'])
     expect(err.message).toMatch(/nothing was sent/)
     expect(err.next).toEqual([nextStep('commit', ['--id', 'c1', '--root', '/ckpt'])])
+    // The episode flags are repeated after the root's (here none).
+    const scoped = await caught(preparedForCommit(c, d, {id: 'c1', deadlineTs: soon(), scopeArgs: ['--episodes', 'a,b']}))
+    expect(scoped.next).toEqual([nextStep('commit', ['--id', 'c1', '--episodes', 'a,b'])])
     const after = sent(fleet)
     expect({env: after.env, policy: after.policy, res: after.res}).toEqual({env: [], policy: [], res: []})
   })
@@ -584,5 +614,87 @@ describe('resumeFleet', () => {
     expect(out.error!.failures.map((f) => f.server)).toEqual(['res'])
     expect(out.error!.next).toEqual([])
     expect(sent(fleet)).toMatchObject({env: [], policy: [], agent: []})
+  })
+})
+
+// Rules the first Stryker run over the whole of controller.ts (2026-12-05) found untested.
+describe('resumeFleet and preparedForCommit: the details of their errors', () => {
+  it('a conflict and another failure in one resume: the error points at the checkpoint held elsewhere and at resuming this one again', async () => {
+    const fleet = await startFleet({members: FULL})
+    await control(fleet.server('env').url, 'prepare', {checkpoint_id: 'a', deadline_ts: soon()})
+    await control(fleet.server('agent').url, 'prepare', {checkpoint_id: 'a', deadline_ts: soon()})
+    await control(fleet.server('res').url, 'prepare', {checkpoint_id: 'b', deadline_ts: soon()})
+    fleet.server('agent').faults.add('resume', {type: 'status', status: 503})
+    const {c, d} = await look(fleet)
+    const out = await resumeFleet(c, d, {id: 'a', deadlineTs: soon()})
+    expect(out.failures.map((f) => [f.server, f.code ?? f.status])).toEqual([
+      ['res', 'checkpoint_conflict'],
+      ['agent', 503],
+    ])
+    expect(out.error!.message).toMatch(/those refusing with checkpoint_conflict hold another checkpoint \(b\); resume that one .*; the other participants were resumed; resume 'a' again$/)
+    // Both are needed: res stays closed under b, agent under a.
+    expect(out.error!.next).toEqual([nextStep('resume', ['--id', 'b']), nextStep('resume', ['--id', 'a'])])
+    expect(await phases(fleet)).toEqual({env: 'idle', policy: 'idle', agent: 'prepared a', res: 'prepared b'})
+  })
+
+  it('conflicts with two other checkpoints: both named, a resume of each', async () => {
+    const fleet = await startFleet({members: FULL})
+    await control(fleet.server('env').url, 'prepare', {checkpoint_id: 'a', deadline_ts: soon()})
+    await control(fleet.server('agent').url, 'prepare', {checkpoint_id: 'c', deadline_ts: soon()})
+    await control(fleet.server('res').url, 'prepare', {checkpoint_id: 'b', deadline_ts: soon()})
+    const {c, d} = await look(fleet)
+    const out = await resumeFleet(c, d, {id: 'a', deadlineTs: soon()})
+    // In the fleet's order of their holders (agent, then res).
+    expect(out.error!.message).toMatch(/hold another checkpoint \(c, b\); resume that one if no controller is still working on it$/)
+    expect(out.error!.next).toEqual([nextStep('resume', ['--id', 'c']), nextStep('resume', ['--id', 'b'])])
+  })
+
+  it('two members down next to a failure: each named with its reason, separated by commas', async () => {
+    const fleet = await preparedFleet('c1')
+    await fleet.server('agent').crash()
+    await fleet.server('res').crash()
+    fleet.server('env').faults.add('resume', {type: 'status', status: 500})
+    const {c, d} = await look(fleet)
+    const out = await resumeFleet(c, d, {deadlineTs: soon()})
+    expect(out.error!.message).toMatch(/; down, reopening when their lease expires: agent \(connection refused .+\), res \(connection refused .+\)$/)
+  })
+
+  it('the lease a member down runs to is that of the checkpoint resumed, not of one another participant held at discovery', async () => {
+    const fleet = await startFleet({members: FULL})
+    await control(fleet.server('env').url, 'prepare', {checkpoint_id: 'a', deadline_ts: soon()})
+    await control(fleet.server('agent').url, 'prepare', {checkpoint_id: 'a', deadline_ts: soon()})
+    await control(fleet.server('res').url, 'prepare', {checkpoint_id: 'b', deadline_ts: soon(3600)})
+    await fleet.server('agent').crash()
+    const {c, d} = await look(fleet)
+    const leaseA = d.participants.find((p) => p.server === 'env')!.status.lease_expires_at!
+    const leaseB = d.participants.find((p) => p.server === 'res')!.status.lease_expires_at!
+    expect(leaseB).toBeGreaterThan(leaseA + 3000)
+    // Another controller closes b in between: res then answers the resume of a (idempotent).
+    await control(fleet.server('res').url, 'resume', {checkpoint_id: 'b', deadline_ts: soon()})
+    const out = await resumeFleet(c, d, {id: 'a', deadlineTs: soon()})
+    expect(out.failures).toEqual([])
+    expect(out.replies.get('res')).toMatchObject({idempotent: true})
+    // Only env had a open: res held b, and its idempotent answer reopened nothing.
+    expect(out.reopened).toBe(1)
+    expect(out.error!.message).toBe(
+      `checkpoint discover failed on 1 participant(s): agent: ${failureMessage(out.error!.failures[0]!)}. every reachable participant was resumed under 'a'; the ones down reopen by themselves when their lease expires (the others' lease ran to ${new Date(leaseA * 1000).toISOString()}), or resume again once they are back`,
+    )
+  })
+
+  it('a commit with no checkpoint open anywhere and no root arguments: the suggested prepare has no arguments', async () => {
+    const fleet = await startFleet({members: FULL})
+    const {c, d} = await look(fleet)
+    const err = await caught(preparedForCommit(c, d, {deadlineTs: soon()}))
+    expect(err.code).toBe('fleet_state')
+    expect(err.next).toEqual([nextStep('prepare', [])])
+  })
+
+  it('two holders down while the others are prepared: the reachable ones are resumed and both down are named in one list', async () => {
+    const fleet = await preparedFleet('c1')
+    await fleet.server('agent').crash()
+    await fleet.server('res').crash()
+    const {c, d} = await look(fleet)
+    const err = await caught(preparedForCommit(c, d, {deadlineTs: soon()}))
+    expect(err.message).toMatch(/; every reachable participant was resumed; agent, res reopen\(s\) by itself when its lease expires, or resume again once it is back\. /)
   })
 })

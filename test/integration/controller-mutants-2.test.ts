@@ -7,11 +7,12 @@ import path from 'node:path'
 import {describe, expect, it} from 'vitest'
 
 import {SimEnvironment} from '../../src/control-plane/sim.js'
-import {checkpoint, closeCheckpoint, prepareOrAbort, preparePreflight} from '../../src/coordination/controller.js'
+import {ControlClient} from '../../src/coordination/client.js'
+import {LeaseKeeper, checkpoint, closeCheckpoint, commitAndPublish, prepareOrAbort, preparePreflight} from '../../src/coordination/controller.js'
 import {ControllerError, CoordinationError} from '../../src/coordination/errors.js'
 import {CallEvent, Coordinator, prepare, resume} from '../../src/coordination/operations.js'
 import {captureKey} from '../../src/protocol/episode.js'
-import {FULL, coordinatorFor, fakeParticipant, soon, startFleet, waitFor} from '../helpers/fleet.js'
+import {FULL, TOKEN, coordinatorFor, fakeParticipant, later, soon, startFleet, waitFor} from '../helpers/fleet.js'
 import {tempDir} from '../helpers/tmp.js'
 
 /** Episodes running on the fleet, each at a boundary, so a commit writes real records. */
@@ -92,9 +93,11 @@ describe('untrusted commit replies and the publish gate', () => {
     expect(err.code).toBe('invalid_checkpoint')
     const details = err.details as {checkpoint_dir: string; problems: {severity: string; where: string; message: string}[]}
     expect(details.checkpoint_dir).toBe(path.join(root, 'c1'))
-    expect(details.problems.length).toBeGreaterThanOrEqual(2)
-    expect(details.problems.some((p) => p.severity === 'error' && p.message.includes('participant liar1 committed but its directory is missing'))).toBe(true)
-    expect(details.problems.some((p) => p.severity === 'error' && p.message.includes('participant liar2 committed but its directory is missing'))).toBe(true)
+    // Each missing participant once (the controller manifest names them; no second list does).
+    expect(details.problems).toEqual([
+      {severity: 'error', where: 'gym/resources/liar1', message: 'participant liar1 committed but its directory is missing'},
+      {severity: 'error', where: 'gym/resources/liar2', message: 'participant liar2 committed but its directory is missing'},
+    ])
     expect(err.message).toContain(
       `so it was not published (LATEST is unchanged); its controller manifest was set aside as gymckpt.refused.json, so it is not listed as published: ${details.problems.map((p) => `${p.where}: ${p.message}`).join('; ')}`,
     )
@@ -212,3 +215,91 @@ describe('deadlines and messages of closing and preparing', () => {
 function esc(s: string): string {
   return s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')
 }
+
+// From the first Stryker run over the whole of controller.ts (2026-12-05).
+describe('a commit retried elsewhere, an unscoped commit, and what closing does with errors of its own', () => {
+  it('a retry into another directory: the participants that committed refuse with checkpoint_conflict, and the error says what the retry must send', async () => {
+    const fleet = await startFleet({members: FULL})
+    const c = await coordinatorFor(fleet)
+    await prepare(c, 'c1', soon())
+    fleet.server('agent').faults.add('commit', {type: 'status', status: 500})
+    const plan = {checkpointId: 'c1', episodes: [], restarts: [], deadlineTs: soon()}
+    const first = (await commitAndPublish(c, {...plan, root: await tempDir()}).catch((e: unknown) => e)) as CoordinationError
+    expect(first.failures.map((f) => f.server)).toEqual(['agent'])
+    // A failure that is no conflict gets no advice about retries.
+    expect(first.message).not.toMatch(/a retry of a commit/)
+    // The retry: env, policy and res refuse (another directory); res also fails for its own reason.
+    fleet.server('res').faults.add('commit', {type: 'status', status: 503})
+    const elsewhere = await tempDir()
+    const err = (await commitAndPublish(c, {...plan, root: elsewhere}).catch((e: unknown) => e)) as CoordinationError
+    expect(err.failures.map((f) => [f.server, f.code ?? f.status])).toEqual([
+      ['env', 'checkpoint_conflict'],
+      ['policy', 'checkpoint_conflict'],
+      ['res', 503],
+    ])
+    expect(err.message).toMatch(
+      new RegExp(
+        `^checkpoint commit failed on 3 participant\\(s\\): .*\\. a retry of a commit must send the directory and scope of the first try: this one sent ${path.join(elsewhere, 'c1')} and 0 episode\\(s\\)$`,
+      ),
+    )
+  })
+
+  it('an unscoped retry elsewhere (no policy model, no episodes given) says it sent no scope', async () => {
+    const fleet = await startFleet({members: FULL})
+    const full = await coordinatorFor(fleet)
+    const c: Coordinator = {...full, participants: full.participants.filter((p) => p.kind !== 'model')}
+    await prepare(c, 'c1', soon())
+    fleet.server('agent').faults.add('commit', {type: 'status', status: 500})
+    const plan = {checkpointId: 'c1', episodes: null, restarts: [], deadlineTs: soon()}
+    await expect(commitAndPublish(c, {...plan, root: await tempDir()})).rejects.toThrow(/agent: HTTP 500/)
+    const elsewhere = await tempDir()
+    const err = (await commitAndPublish(c, {...plan, root: elsewhere}).catch((e: unknown) => e)) as CoordinationError
+    expect(err.message).toMatch(new RegExp(`this one sent ${path.join(elsewhere, 'c1')} and no scope$`))
+  })
+
+  it('an unscoped commit continues what the participants committed, sorted by key', async () => {
+    // Two participants that report one episode each, the first the later key: only a sort puts a
+    // before z. Nothing is published (they write no state), so nothing is verified.
+    const ids = (episode_ids: string[]) => (dir: string) => ({...liarReply('environment', 'x')(dir), episode_ids})
+    const first = await fakeParticipant('environment', 'fz', ids(['z']))
+    const second = await fakeParticipant('resources', 'fa', ids(['a']))
+    const client = new ControlClient({token: TOKEN})
+    later(() => client.close())
+    const c: Coordinator = {
+      client,
+      participants: [
+        {server: 'fz', url: first, kind: 'environment', instance: 'fz'},
+        {server: 'fa', url: second, kind: 'resources', instance: 'fa'},
+      ],
+    }
+    const out = await commitAndPublish(c, {checkpointId: 'c1', root: await tempDir(), episodes: null, restarts: [], deadlineTs: soon(), publish: false})
+    expect([...out.replies.keys()]).toEqual(['fz', 'fa'])
+    expect(out.continued.map(captureKey)).toEqual(['a', 'z'])
+  })
+
+  it('closeCheckpoint turns an error that names no participant (here a progress callback throwing) into one failure of the fleet', async () => {
+    const fleet = await startFleet({members: FULL})
+    const c = await coordinatorFor(fleet)
+    const out = await closeCheckpoint(
+      {
+        ...c,
+        onStage: () => {
+          throw new Error('the progress display broke')
+        },
+      },
+      'c1',
+      soon(),
+    )
+    expect(out).toEqual({resumed: false, failures: [{server: 'fleet', status: null, code: null, message: 'the progress display broke'}]})
+  })
+
+  it('a lease keeper never keeps the process alive by itself', async () => {
+    const fleet = await startFleet({members: FULL})
+    const c = await coordinatorFor(fleet)
+    const timers = () => process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length
+    const before = timers()
+    const k = new LeaseKeeper(c, 'c1', 60_000, 100, () => {}).start()
+    expect(timers()).toBe(before)
+    await k.stop()
+  })
+})
