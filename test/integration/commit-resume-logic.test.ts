@@ -14,7 +14,7 @@ import {ControlClient} from '../../src/coordination/client.js'
 import {commitAndPublish, prepareOrAbort, preparedForCommit, resumeFleet} from '../../src/coordination/controller.js'
 import {Discovery, discover} from '../../src/coordination/discover.js'
 import {ControllerError, CoordinationError, failureMessage, nextStep} from '../../src/coordination/errors.js'
-import {Coordinator, prepare} from '../../src/coordination/operations.js'
+import {Coordinator, prepare, resume} from '../../src/coordination/operations.js'
 import {FULL, TOKEN, control, later, soon, startFleet, waitFor} from '../helpers/fleet.js'
 import {SCOPE_RECORD, writeScopeRecord} from '../../src/storage/root.js'
 import {tempDir} from '../helpers/tmp.js'
@@ -218,6 +218,42 @@ describe('preparedForCommit: what a stateless commit commits', () => {
     expect(err.message).toBe(
       `env, policy, res already committed 'c1', but ${path.join(elsewhere, 'c1')} holds no record of that first try: a retry must commit into the first try's directory (the same --root, as an absolute path); nothing was sent`,
     )
+    expect(err.next).toEqual([nextStep('resume', ['--id', 'c1'])])
+    expect(sent(fleet)).toEqual(before)
+  })
+
+  it('an unscoped first try (no policy model): an unscoped retry sends no scope again; a scoped one is refused, and so is an unscoped retry of a scoped try', async () => {
+    const fleet = await preparedFleet('c1')
+    const {c: full} = await look(fleet)
+    const c: Coordinator = {...full, participants: full.participants.filter((p) => p.kind !== 'model')}
+    const plan = {checkpointId: 'c1', restarts: [], deadlineTs: soon(), rememberScope: true}
+    const root = await tempDir()
+    fleet.server('agent').faults.add('commit', {type: 'status', status: 500})
+    await expect(commitAndPublish(c, {...plan, root, episodes: null})).rejects.toThrow(/agent: HTTP 500/)
+    expect(JSON.parse(await readFile(path.join(root, 'c1', SCOPE_RECORD), 'utf8'))).toEqual({checkpoint_id: 'c1', given: null, scope: null})
+    const scoped = await caught(commitAndPublish(c, {...plan, root, episodes: [{rolloutId: 'r', attempt: 0}], committedOn: ['env', 'res']}))
+    expect(scoped.message).toMatch(/^checkpoint 'c1' was first committed \(in part\) with no scope; a retry must give the same episodes/)
+    const out = await commitAndPublish(c, {...plan, root, episodes: null, committedOn: ['env', 'res']})
+    expect(out.published).toBe(true)
+    // The other way round, on a fresh checkpoint: a scoped first try, retried without a scope.
+    const other = await tempDir()
+    await resume(full, 'c1', soon())
+    await prepareOrAbort(c, 'c2', soon())
+    fleet.server('agent').faults.add('commit', {type: 'status', status: 500})
+    await expect(commitAndPublish(c, {...plan, checkpointId: 'c2', root: other, episodes: []})).rejects.toThrow(/agent: HTTP 500/)
+    const unscoped = await caught(commitAndPublish(c, {...plan, checkpointId: 'c2', root: other, episodes: null, committedOn: ['env', 'res']}))
+    expect(unscoped.message).toMatch(/^checkpoint 'c2' was first committed \(in part\) with another list of 0 episode\(s\)/)
+  })
+
+  it('a scope record that cannot be read: invalid_checkpoint naming the directory and the cause; nothing was sent', async () => {
+    const fleet = await preparedFleet('c1')
+    const {c} = await look(fleet)
+    const root = await tempDir()
+    await mkdir(path.join(root, 'c1', SCOPE_RECORD), {recursive: true})
+    const before = sent(fleet)
+    const err = await caught(commitAndPublish(c, {checkpointId: 'c1', root, episodes: [], restarts: [], deadlineTs: soon(), rememberScope: true}))
+    expect(err.code).toBe('invalid_checkpoint')
+    expect(err.message).toMatch(new RegExp(`^cannot read the scope of an earlier try in ${path.join(root, 'c1')}: .*EISDIR.*; nothing was sent$`))
     expect(sent(fleet)).toEqual(before)
   })
 
@@ -613,6 +649,7 @@ describe('resumeFleet', () => {
     expect(out.error!.code).toBe('discovery')
     expect(out.error!.failures.map((f) => f.server)).toEqual(['res'])
     expect(out.error!.next).toEqual([])
+    expect(out.error!.message).toMatch(/\. every reachable participant was resumed; the ones down reopen by themselves when their lease expires, or resume again once they are back$/)
     expect(sent(fleet)).toMatchObject({env: [], policy: [], agent: []})
   })
 })
@@ -656,7 +693,9 @@ describe('resumeFleet and preparedForCommit: the details of their errors', () =>
     fleet.server('env').faults.add('resume', {type: 'status', status: 500})
     const {c, d} = await look(fleet)
     const out = await resumeFleet(c, d, {deadlineTs: soon()})
-    expect(out.error!.message).toMatch(/; down, reopening when their lease expires: agent \(connection refused .+\), res \(connection refused .+\)$/)
+    expect(out.error!.message).toMatch(
+      /\. the other participants were resumed; resume 'c1' again; down, reopening when their lease expires: agent \(connection refused .+\), res \(connection refused .+\)$/,
+    )
   })
 
   it('the lease a member down runs to is that of the checkpoint resumed, not of one another participant held at discovery', async () => {
