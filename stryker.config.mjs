@@ -12,7 +12,7 @@ export default {
   coverageAnalysis: 'perTest',
   // A static mutant (module-level code, run once as a module loads: constant tables, schemas) has no
   // covering test to pick, so Stryker reruns the whole in-process suite for it (~5 min here, each).
-  // A few hundred of them would take longer than every other mutant together, so they are left
+  // A few hundred of them could take longer than every other mutant together, so they are left
   // out and counted in no score; GYMCKPT_MUTATION_STATIC=1 puts them back.
   ignoreStatic: process.env.GYMCKPT_MUTATION_STATIC !== '1',
   // The machine has 2 cores and is shared; each runner also starts real HTTP servers.
