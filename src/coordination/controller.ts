@@ -19,7 +19,7 @@ import {
   writeControllerManifest,
   writeScopeRecord,
 } from '../storage/root.js'
-import {ControllerError, CoordinationError, NextStep, ParticipantFailure, failureMessage, nextStep} from './errors.js'
+import {ControllerError, CoordinationError, NextStep, ParticipantFailure, failureMessage, failureNames, nextStep} from './errors.js'
 import {Coordinator, PrepareResult, StageResult, continuedOf, commit, prepare, renew, restartsOf, resume, resumeAll, statusAll} from './operations.js'
 import type {DiscoveredParticipant, Discovery, Participant} from './discover.js'
 import {RunTracker, newCheckpointId} from './runs.js'
@@ -156,7 +156,7 @@ export async function closeCheckpoint(c: Coordinator, id: string, deadlineTs: nu
 /** How an aborted checkpoint left the fleet, for an error message, and the step that finishes it. */
 export function afterClose(id: string, a: CloseOutcome): {text: string; next: NextStep[]} {
   if (a.resumed) return {text: `the fleet was resumed (checkpoint '${id}' is closed for good)`, next: []}
-  const names = a.failures.map((f) => `${f.server} (${failureMessage(f)})`).join(', ')
+  const names = failureNames(a.failures)
   return {
     text: `resuming '${id}' failed on ${names}; the others were resumed. A participant that stays unreachable reopens by itself when its lease expires`,
     next: [nextStep('resume', ['--id', id])],
@@ -291,7 +291,7 @@ export async function resumeFleet(c: Coordinator, discovery: Discovery, opts: {i
     const elsewhere = others.length > 0 && result.failures.some(isConflict)
     const again = !elsewhere || !result.failures.every(isConflict)
     // Members that were down are named too: they are as closed as the ones that failed.
-    const alsoDown = down.length ? `; down, reopening when their lease expires: ${down.map((f) => `${f.server} (${failureMessage(f)})`).join(', ')}` : ''
+    const alsoDown = down.length ? `; down, reopening when their lease expires: ${failureNames(down)}` : ''
     const advice = [
       ...(elsewhere ? [`those refusing with checkpoint_conflict hold another checkpoint (${others.join(', ')}); resume that one if no controller is still working on it`] : []),
       ...(again ? [`the other participants were resumed; resume '${id}' again`] : []),

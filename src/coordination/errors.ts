@@ -60,6 +60,16 @@ export function failureMessage(f: ParticipantFailure): string {
   return f.status === null ? f.message : `HTTP ${f.status} ${f.code ?? ''} ${f.message}`.replace(/\s+/g, ' ').trim()
 }
 
+/** `server: reason; server: reason`: how an error lists its participants' failures. */
+export function failureList(failures: ParticipantFailure[]): string {
+  return failures.map((f) => `${f.server}: ${failureMessage(f)}`).join('; ')
+}
+
+/** `server (reason), server (reason)`: failures named inside a sentence. */
+export function failureNames(failures: ParticipantFailure[]): string {
+  return failures.map((f) => `${f.server} (${failureMessage(f)})`).join(', ')
+}
+
 /** A fan-out stage in which some participants failed; every failure is kept. */
 export class CoordinationError extends ControllerError {
   readonly failures: ParticipantFailure[]
@@ -72,7 +82,7 @@ export class CoordinationError extends ControllerError {
     hint?: string,
   ) {
     const sorted = [...failures].sort((a, b) => a.server.localeCompare(b.server))
-    const body = sorted.map((f) => `${f.server}: ${failureMessage(f)}`).join('; ')
+    const body = failureList(sorted)
     const unauthorized = failures.length > 0 && failures.every((f) => f.code === 'unauthorized')
     super(
       unauthorized ? 'unauthorized' : operation === 'discover' ? 'discovery' : 'participant',

@@ -5,7 +5,7 @@ import {RestoreOutcome, appendRestoreLog} from '../storage/restore-log.js'
 import {listParticipantDirs, readCheckpointSummary, resolveCheckpoint} from '../storage/root.js'
 import {VerifyReport, verifyCheckpoint} from '../storage/verify.js'
 import {CallTimer, Log, ParticipantTiming} from './controller.js'
-import {ControllerError, CoordinationError, ParticipantFailure, failureMessage, nextStep} from './errors.js'
+import {ControllerError, CoordinationError, ParticipantFailure, failureList, nextStep} from './errors.js'
 import {Coordinator, restore, resume, retire, statusAll} from './operations.js'
 import {newRestoreId} from './runs.js'
 
@@ -140,7 +140,7 @@ export async function planRestore(c: Coordinator, opts: RestoreOptions): Promise
 
 /** What failed after the restore: each participant's failure, or the error's own message. */
 function failureDetail(err: unknown): string {
-  return err instanceof CoordinationError ? err.failures.map((f) => `${f.server}: ${failureMessage(f)}`).join('; ') : (err as Error).message
+  return err instanceof CoordinationError ? failureList(err.failures) : (err as Error).message
 }
 
 /**
