@@ -6,17 +6,8 @@ export default {
   testRunner: 'vitest',
   vitest: {configFile: 'vitest.stryker.config.ts'},
   checkers: ['typescript'],
-  // The type checker decides which mutants do not compile (they are counted in no score). With
-  // TypeScript 5 it took more than half of both cores during a whole run and left the test runners
-  // waiting; TypeScript 7 (the native compiler, `@typescript/native`) gives the same verdicts in half
-  // the time. GYMCKPT_MUTATION_TSC=5 goes back to TypeScript 5. The native path does not apply
-  // Stryker's own overrides (unused locals are no error when mutating), so tsconfig.mutation.json
-  // sets them: without it, 50 of controller.ts's mutants that compile were called compile errors.
-  tsconfigFile: 'tsconfig.mutation.json',
-  typescriptChecker: {
-    prioritizePerformanceOverAccuracy: true,
-    experimentalNativePreview: process.env.GYMCKPT_MUTATION_TSC !== '5',
-  },
+  tsconfigFile: 'tsconfig.json',
+  typescriptChecker: {prioritizePerformanceOverAccuracy: true},
   mutate: ['src/coordination/**/*.ts', 'src/protocol/**/*.ts', 'src/storage/**/*.ts', 'src/control-plane/control-plane.ts', '!src/**/index.ts'],
   coverageAnalysis: 'perTest',
   // A static mutant (module-level code, run once as a module loads: constant tables, schemas) has no
