@@ -33,6 +33,7 @@ import {
   RetireReply,
   RetireRequest,
   StatusReply,
+  pendingRestored,
 } from '../../src/protocol/wire.js'
 
 const issue = (r: {success: boolean; error?: {issues: {message: string}[]}}) => (r.success ? null : r.error!.issues[0]!.message)
@@ -214,5 +215,19 @@ describe("replies: tolerant, with Gym's defaults", () => {
     expect(ResumeReply.parse({phase: 'idle', idempotent: true})).toEqual({phase: 'idle', idempotent: true})
     expect(RenewReply.safeParse({}).success).toBe(false)
     expect(REPLY_SCHEMAS).toEqual({prepare: PrepareReply, renew: RenewReply, resume: ResumeReply, retire: RetireReply, forget: ForgetReply, commit: CommitReply, restore: RestoreReply})
+  })
+})
+
+describe('pendingRestored: the restored episodes a status reports as not yet replaced', () => {
+  const status = (extra: Record<string, unknown>) => StatusReply.parse({kind: 'environment', instance: 'e0', phase: 'idle', report: {ready: true}, ...extra})
+
+  it('the strings of restored_pending, in order; anything else in the list is left out', () => {
+    expect(pendingRestored(status({restored_pending: ['r1:0', 7, null, {k: 'r2:0'}, 'r3:1']}))).toEqual(['r1:0', 'r3:1'])
+  })
+
+  it('none when the field is missing or not a list; restored_generation_cuts is not read', () => {
+    expect(pendingRestored(status({}))).toEqual([])
+    expect(pendingRestored(status({restored_pending: 'r1:0'}))).toEqual([])
+    expect(pendingRestored(status({restored_generation_cuts: ['r1:0']}))).toEqual([])
   })
 })
