@@ -4,7 +4,8 @@ import {cp, mkdir, rm, rmdir, writeFile} from 'node:fs/promises'
 import path from 'node:path'
 import {pathToFileURL} from 'node:url'
 
-import {encodeManifest} from '../../src/storage/participant-store.js'
+import {encodeManifest, writeParticipantState} from '../../src/storage/participant-store.js'
+import {FORMAT_VERSION, writeControllerManifest} from '../../src/storage/root.js'
 
 export const sha256 = (s: string | Buffer) => createHash('sha256').update(s).digest('hex')
 
@@ -44,4 +45,33 @@ export async function verifyWithWorkerShim(dir: string, shim: string): Promise<{
     await rmdir(path.dirname(dir)).catch(() => {})
   }
   return {verify, remove}
+}
+
+/** A participant of writeCheckpoint: its record lines, and what the controller manifest says of it. */
+export interface CheckpointPart {
+  kind: string
+  instance: string
+  lines: string[]
+  server?: string
+  episodeIds?: string[]
+}
+
+/**
+ * A checkpoint directory as a controller leaves it: each participant's state written by the real
+ * store, then the controller manifest, continuing the rollouts `continued` (attempt 0).
+ */
+export async function writeCheckpoint(dir: string, id: string, parts: CheckpointPart[], continued: string[] = []): Promise<void> {
+  const participants = []
+  for (const {kind, instance, lines, server = `${kind}-${instance}`, episodeIds = []} of parts) {
+    const manifest = await writeParticipantState({checkpointDir: dir, kind, instance, checkpointId: id}, lines)
+    participants.push({server, kind, instance, manifest, episode_ids: episodeIds})
+  }
+  await writeControllerManifest(dir, {
+    format_version: FORMAT_VERSION,
+    checkpoint_id: id,
+    created_at: 1,
+    continued: continued.map((r) => ({rollout_id: r, attempt: 0})),
+    restarted: [],
+    participants,
+  })
 }

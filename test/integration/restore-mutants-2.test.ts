@@ -13,9 +13,9 @@ import {ControllerError} from '../../src/coordination/errors.js'
 import {Coordinator} from '../../src/coordination/operations.js'
 import {planRestore, restoreCheckpoint} from '../../src/coordination/restore.js'
 import {FleetMember} from '../../src/control-plane/fleet.js'
-import {writeParticipantState} from '../../src/storage/participant-store.js'
-import {FORMAT_VERSION, publishLatest, writeControllerManifest} from '../../src/storage/root.js'
+import {publishLatest} from '../../src/storage/root.js'
 import {TOKEN, control, later, soon, startServer} from '../helpers/fleet.js'
+import {writeCheckpoint} from '../helpers/store.js'
 import {tempDir} from '../helpers/tmp.js'
 
 const rec = (r: string, pad = 0) => `{"episode_id": {"rollout_id": "${r}", "attempt": 0}, "state": {"p": "${'p'.repeat(pad)}"}}`
@@ -50,20 +50,11 @@ async function handMade(records: Record<string, {server: string; lines: string[]
   const root = await tempDir()
   const id = 'ck-h'
   const dir = path.join(root, id)
-  const participants = []
-  for (const [ki, {server, lines}] of Object.entries(records)) {
+  const parts = Object.entries(records).map(([ki, {server, lines}]) => {
     const [kind, instance] = ki.split('/') as [string, string]
-    const manifest = await writeParticipantState({checkpointDir: dir, kind, instance, checkpointId: id}, lines)
-    participants.push({server, kind, instance, manifest, episode_ids: []})
-  }
-  await writeControllerManifest(dir, {
-    format_version: FORMAT_VERSION,
-    checkpoint_id: id,
-    created_at: 1,
-    continued: continued.map((r) => ({rollout_id: r, attempt: 0})),
-    restarted: [],
-    participants,
+    return {kind, instance, lines, server}
   })
+  await writeCheckpoint(dir, id, parts, continued)
   await publishLatest(root, id)
   return {root, dir}
 }

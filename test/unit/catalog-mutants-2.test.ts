@@ -8,8 +8,7 @@ import path from 'node:path'
 import {describe, expect, it} from 'vitest'
 
 import {describeCheckpoint, listCheckpoints} from '../../src/storage/catalog.js'
-import {writeParticipantState} from '../../src/storage/participant-store.js'
-import {FORMAT_VERSION, writeControllerManifest} from '../../src/storage/root.js'
+import {writeCheckpoint} from '../helpers/store.js'
 import {tempDir} from '../helpers/tmp.js'
 
 const rec = (r: string) => `{"episode_id": {"rollout_id": "${r}", "attempt": 0}}`
@@ -17,19 +16,12 @@ const rec = (r: string) => `{"episode_id": {"rollout_id": "${r}", "attempt": 0}}
 /** A published checkpoint continuing `continued`: one participant per [kind, instance, rollouts], written in this order. */
 async function published(root: string, id: string, continued: string[], parts: [string, string, string[]][]): Promise<string> {
   const dir = path.join(root, id)
-  const participants = []
-  for (const [kind, instance, rollouts] of parts) {
-    const manifest = await writeParticipantState({checkpointDir: dir, kind, instance, checkpointId: id}, rollouts.map(rec))
-    participants.push({server: `${kind}-${instance}`, kind, instance, manifest, episode_ids: rollouts})
-  }
-  await writeControllerManifest(dir, {
-    format_version: FORMAT_VERSION,
-    checkpoint_id: id,
-    created_at: 1000,
-    continued: continued.map((r) => ({rollout_id: r, attempt: 0})),
-    restarted: [],
-    participants,
-  })
+  await writeCheckpoint(
+    dir,
+    id,
+    parts.map(([kind, instance, rollouts]) => ({kind, instance, lines: rollouts.map(rec), episodeIds: rollouts})),
+    continued,
+  )
   return dir
 }
 
