@@ -1,0 +1,235 @@
+// `npm run mutation` in shards: the whole run takes longer than a working session on a 2-core
+// machine, and a Stryker run keeps nothing until it ends. Each shard mutates a fixed part of the
+// files (whole files, so each file's score comes from one run) and can run on its own machine or
+// in its own session; the merge checks that every shard mutated the same source and gives the
+// score of every file, as one whole run would.
+//
+//   npm run mutation:shard -- 2/4     run shard 2 of 4: reports/mutation/shard-2-of-4.{json,html,meta.json}
+//   npm run mutation:merge -- 4       merge the 4 shards into reports/mutation/mutation.json, print the table
+//
+// Run by Node itself (type stripping): no syntax that needs a compiler, only type annotations.
+import {execFileSync} from 'node:child_process'
+import {globSync, readFileSync, writeFileSync, mkdirSync, existsSync} from 'node:fs'
+import path from 'node:path'
+
+export interface Weighted {
+  file: string
+  weight: number
+}
+
+/** The files a mutate list names: Stryker's globs, a leading `!` excluding. Sorted, relative. */
+export function mutatedFiles(root: string, patterns: string[]): string[] {
+  const include = patterns.filter((p) => !p.startsWith('!'))
+  const exclude = patterns.filter((p) => p.startsWith('!')).map((p) => p.slice(1))
+  return globSync(include, {cwd: root})
+    .map((f) => f.split(path.sep).join('/'))
+    .filter((f) => !exclude.some((x) => path.matchesGlob(f, x)))
+    .sort()
+}
+
+/**
+ * Splits files into `n` shards of about equal weight: heaviest file first, each to the lightest
+ * shard so far (the lowest-numbered on a tie). The same files and weights always give the same
+ * shards, so shards run on different machines agree without talking. Each shard's files are sorted.
+ */
+export function partition(files: Weighted[], n: number): string[][] {
+  if (!Number.isInteger(n) || n < 1) throw new Error(`the number of shards must be a whole number from 1, not ${n}`)
+  const shards = Array.from({length: n}, () => ({weight: 0, files: [] as string[]}))
+  const order = [...files].sort((a, b) => b.weight - a.weight || (a.file < b.file ? -1 : a.file > b.file ? 1 : 0))
+  for (const f of order) {
+    let lightest = shards[0]!
+    for (const s of shards) if (s.weight < lightest.weight) lightest = s
+    lightest.weight += f.weight
+    lightest.files.push(f.file)
+  }
+  return shards.map((s) => s.files.sort())
+}
+
+/** `K/N` as two numbers, 1 <= K <= N, or an error naming what is wrong. */
+export function parseShard(arg: string | undefined): {index: number; count: number} {
+  const m = /^(\d+)\/(\d+)$/.exec(arg ?? '')
+  if (!m) throw new Error(`give the shard as K/N, e.g. 2/4 (shard 2 of 4), not ${JSON.stringify(arg ?? '')}`)
+  const index = Number(m[1])
+  const count = Number(m[2])
+  if (count < 1 || index < 1 || index > count) throw new Error(`shard ${arg}: K must be from 1 to N`)
+  return {index, count}
+}
+
+interface Mutant {
+  status: string
+}
+interface Report {
+  files: Record<string, {mutants: Mutant[]}>
+  testFiles?: Record<string, unknown>
+  [key: string]: unknown
+}
+export interface Meta {
+  shard: string
+  commit: string
+  srcTree: string
+  testTree: string
+  dirty: boolean
+  files: string[]
+  seconds: number
+}
+
+export interface FileScore {
+  file: string
+  mutants: number
+  killed: number
+  timeout: number
+  survived: number
+  noCoverage: number
+  compileErrors: number
+  ignored: number
+  /** Stryker's mutation score: killed and timed out over every mutant that compiled and ran or had no test. */
+  score: number
+}
+
+export function scores(report: Report): FileScore[] {
+  return Object.entries(report.files)
+    .map(([file, {mutants}]) => {
+      const n = (status: string): number => mutants.filter((m) => m.status === status).length
+      const killed = n('Killed')
+      const timeout = n('Timeout')
+      const survived = n('Survived')
+      const noCoverage = n('NoCoverage')
+      const valid = killed + timeout + survived + noCoverage
+      return {
+        file,
+        mutants: mutants.length,
+        killed,
+        timeout,
+        survived,
+        noCoverage,
+        compileErrors: n('CompileError'),
+        ignored: n('Ignored'),
+        score: valid === 0 ? 100 : (100 * (killed + timeout)) / valid,
+      }
+    })
+    .sort((a, b) => (a.file < b.file ? -1 : a.file > b.file ? 1 : 0))
+}
+
+/**
+ * One report from the shards' reports, after checking that they are the `count` shards of one split
+ * and mutated the same source (the git tree of src/). Shards run on different commits whose src/
+ * is the same are accepted; the commits are returned to be named.
+ */
+export function merge(shards: {meta: Meta; report: Report}[], count: number): {report: Report; commits: string[]} {
+  const want = Array.from({length: count}, (_, i) => `${i + 1}/${count}`)
+  const have = shards.map((s) => s.meta.shard)
+  const missing = want.filter((s) => !have.includes(s))
+  if (missing.length) throw new Error(`shard ${missing.join(', ')} missing: run npm run mutation:shard -- ${missing[0]}`)
+  const trees = [...new Set(shards.map((s) => s.meta.srcTree))]
+  if (trees.length > 1) {
+    const by = shards.map((s) => `${s.meta.shard} on ${s.meta.commit.slice(0, 7)}`).join(', ')
+    throw new Error(`the shards mutated different sources (src/ differs: ${by}); run them again on one commit`)
+  }
+  const dirty = shards.filter((s) => s.meta.dirty).map((s) => s.meta.shard)
+  if (dirty.length) throw new Error(`shard ${dirty.join(', ')} ran with uncommitted changes in src/ or test/; run it again on a clean checkout`)
+  const files: Report['files'] = {}
+  const testFiles: Record<string, unknown> = {}
+  for (const {meta, report} of shards) {
+    for (const [file, data] of Object.entries(report.files)) {
+      if (file in files) throw new Error(`${file} was mutated by two shards (the second: ${meta.shard})`)
+      files[file] = data
+    }
+    Object.assign(testFiles, report.testFiles ?? {})
+  }
+  const first = shards.find((s) => s.meta.shard === want[0])!.report
+  return {report: {...first, files, testFiles}, commits: [...new Set(shards.map((s) => s.meta.commit))]}
+}
+
+export function table(rows: FileScore[]): string {
+  const lines = ['| file | mutants | compiling | killed + timeout | survived + no coverage | score |', '| --- | --- | --- | --- | --- | --- |']
+  for (const r of rows) {
+    const compiling = r.killed + r.timeout + r.survived + r.noCoverage
+    lines.push(`| ${r.file} | ${r.mutants} | ${compiling} | ${r.killed} + ${r.timeout} | ${r.survived} + ${r.noCoverage} | ${r.score.toFixed(2)}% |`)
+  }
+  return lines.join('\n')
+}
+
+function git(root: string, ...args: string[]): string {
+  return execFileSync('git', args, {cwd: root, encoding: 'utf8'}).trim()
+}
+
+function formatSeconds(s: number): string {
+  const h = Math.floor(s / 3600)
+  const m = Math.floor((s % 3600) / 60)
+  return h ? `${h} h ${m} min` : `${m} min ${Math.round(s % 60)} s`
+}
+
+async function main(argv: string[]): Promise<number> {
+  const root = path.resolve(import.meta.dirname, '..')
+  const out = path.join(root, 'reports', 'mutation')
+  const {default: base} = await import(path.join(root, 'stryker.config.mjs'))
+  const [command, arg] = argv
+  if (command === 'run') {
+    const {index, count} = parseShard(arg)
+    const files = mutatedFiles(root, base.mutate)
+    const weighted = files.map((file) => ({file, weight: readFileSync(path.join(root, file), 'utf8').split('\n').length}))
+    const mine = partition(weighted, count)[index - 1]!
+    const name = `shard-${index}-of-${count}`
+    console.log(`${name}: ${mine.length} of ${files.length} files: ${mine.join(', ')}`)
+    const meta = {
+      shard: `${index}/${count}`,
+      commit: git(root, 'rev-parse', 'HEAD'),
+      srcTree: git(root, 'rev-parse', 'HEAD:src'),
+      testTree: git(root, 'rev-parse', 'HEAD:test'),
+      dirty: git(root, 'status', '--porcelain', '--', 'src', 'test') !== '',
+      files: mine,
+    }
+    const started = Date.now()
+    const {Stryker} = await import('@stryker-mutator/core')
+    const stryker = new Stryker({
+      ...base,
+      mutate: mine,
+      tempDirName: `.stryker-tmp-${index}-of-${count}`,
+      htmlReporter: {fileName: `reports/mutation/${name}.html`},
+      jsonReporter: {fileName: `reports/mutation/${name}.json`},
+    })
+    await stryker.runMutationTest()
+    mkdirSync(out, {recursive: true})
+    const seconds = Math.round((Date.now() - started) / 1000)
+    writeFileSync(path.join(out, `${name}.meta.json`), JSON.stringify({...meta, seconds}, null, 2) + '\n')
+    console.log(`${name} took ${formatSeconds(seconds)}; merge them with npm run mutation:merge -- ${count}`)
+    return 0
+  }
+  if (command === 'merge') {
+    const count = Number(arg)
+    if (!Number.isInteger(count) || count < 1) throw new Error(`give the number of shards, e.g. 4, not ${JSON.stringify(arg ?? '')}`)
+    const shards = []
+    for (let i = 1; i <= count; i++) {
+      const name = path.join(out, `shard-${i}-of-${count}`)
+      if (!existsSync(`${name}.meta.json`)) continue
+      shards.push({
+        meta: JSON.parse(readFileSync(`${name}.meta.json`, 'utf8')) as Meta,
+        report: JSON.parse(readFileSync(`${name}.json`, 'utf8')) as Report,
+      })
+    }
+    const {report, commits} = merge(shards, count)
+    writeFileSync(path.join(out, 'mutation.json'), JSON.stringify(report))
+    const rows = scores(report)
+    const low = base.thresholds?.low ?? 85
+    console.log(table(rows))
+    const seconds = shards.reduce((t, s) => t + s.meta.seconds, 0)
+    console.log(`\n${rows.length} files from ${count} shards on ${commits.map((c) => c.slice(0, 7)).join(', ')}; the shards took ${formatSeconds(seconds)} together`)
+    const below = rows.filter((r) => r.score < low)
+    if (below.length) {
+      console.log(`below ${low}%: ${below.map((r) => r.file).join(', ')}`)
+      return 1
+    }
+    console.log(`every file at ${low}% or more`)
+    return 0
+  }
+  throw new Error('usage: mutation-shards.ts run K/N | merge N')
+}
+
+if (import.meta.main) {
+  try {
+    process.exitCode = await main(process.argv.slice(2))
+  } catch (e) {
+    console.error(`mutation-shards: ${(e as Error).message}`)
+    process.exitCode = 2
+  }
+}
