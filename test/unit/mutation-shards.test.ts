@@ -1,0 +1,151 @@
+import {mkdirSync, writeFileSync} from 'node:fs'
+import path from 'node:path'
+
+import {describe, expect, it} from 'vitest'
+
+import {type Meta, merge, mutatedFiles, parseShard, partition, scores, table} from '../../scripts/mutation-shards.js'
+import {tempDir} from '../helpers/tmp.js'
+
+const meta = (shard: string, over: Partial<Meta> = {}): Meta => ({
+  shard,
+  commit: 'c'.repeat(40),
+  srcTree: 's'.repeat(40),
+  testTree: 't'.repeat(40),
+  dirty: false,
+  files: [],
+  seconds: 60,
+  ...over,
+})
+
+const mutants = (...statuses: string[]) => ({mutants: statuses.map((status) => ({status}))})
+
+describe('partition', () => {
+  const files = [
+    {file: 'a.ts', weight: 10},
+    {file: 'b.ts', weight: 70},
+    {file: 'c.ts', weight: 40},
+    {file: 'd.ts', weight: 40},
+    {file: 'e.ts', weight: 30},
+    {file: 'f.ts', weight: 10},
+  ]
+
+  it('puts every file in exactly one shard, heaviest first to the lightest shard, each shard sorted', () => {
+    // b (70) to shard 1, c (40) to 2, d (40) to 2 (80), e (30) to 1 (100), a and f (10) to 2 (100).
+    expect(partition(files, 2)).toEqual([
+      ['b.ts', 'e.ts'],
+      ['a.ts', 'c.ts', 'd.ts', 'f.ts'],
+    ])
+  })
+
+  it('is the same whatever order the files come in, and breaks ties by name and by shard number', () => {
+    const shuffled = [files[3], files[0], files[5], files[1], files[4], files[2]]
+    expect(partition(shuffled, 3)).toEqual(partition(files, 3))
+    // Equal weights: by name, each to the lowest-numbered of the lightest shards.
+    expect(
+      partition(
+        [
+          {file: 'z', weight: 1},
+          {file: 'y', weight: 1},
+          {file: 'x', weight: 1},
+        ],
+        2,
+      ),
+    ).toEqual([['x', 'z'], ['y']])
+  })
+
+  it('gives one shard everything, and empty shards when there are more shards than files', () => {
+    expect(partition(files, 1)).toEqual([['a.ts', 'b.ts', 'c.ts', 'd.ts', 'e.ts', 'f.ts']])
+    expect(partition(files.slice(0, 2), 3)).toEqual([['b.ts'], ['a.ts'], []])
+  })
+
+  it('refuses a count that is not a whole number from 1', () => {
+    expect(() => partition(files, 0)).toThrow('the number of shards must be a whole number from 1, not 0')
+    expect(() => partition(files, 1.5)).toThrow('not 1.5')
+  })
+})
+
+describe('parseShard', () => {
+  it('reads K/N', () => {
+    expect(parseShard('2/4')).toEqual({index: 2, count: 4})
+    expect(parseShard('1/1')).toEqual({index: 1, count: 1})
+  })
+
+  it('names what is wrong', () => {
+    expect(() => parseShard(undefined)).toThrow('give the shard as K/N, e.g. 2/4 (shard 2 of 4), not ""')
+    expect(() => parseShard('2')).toThrow('not "2"')
+    expect(() => parseShard('a/b')).toThrow('not "a/b"')
+    expect(() => parseShard(' 1/2')).toThrow('not " 1/2"')
+    expect(() => parseShard('0/4')).toThrow('shard 0/4: K must be from 1 to N')
+    expect(() => parseShard('5/4')).toThrow('shard 5/4: K must be from 1 to N')
+    expect(() => parseShard('1/0')).toThrow('shard 1/0: K must be from 1 to N')
+  })
+})
+
+describe('mutatedFiles', () => {
+  it("lists the globs' files, sorted, without the ones a leading ! excludes", async () => {
+    const root = await tempDir()
+    for (const f of ['src/a/index.ts', 'src/a/z.ts', 'src/a/b.ts', 'src/c/deep/d.ts', 'src/c/e.js', 'src/other.ts']) {
+      mkdirSync(path.join(root, path.dirname(f)), {recursive: true})
+      writeFileSync(path.join(root, f), '')
+    }
+    expect(mutatedFiles(root, ['src/a/**/*.ts', 'src/c/**/*.ts', '!src/**/index.ts'])).toEqual(['src/a/b.ts', 'src/a/z.ts', 'src/c/deep/d.ts'])
+    expect(mutatedFiles(root, ['src/other.ts'])).toEqual(['src/other.ts'])
+  })
+})
+
+describe('scores', () => {
+  it("counts each status and computes Stryker's score over the mutants that compiled, sorted by file", () => {
+    const rows = scores({
+      files: {
+        'src/b.ts': mutants('Killed', 'Killed', 'Timeout', 'Survived', 'NoCoverage', 'CompileError', 'Ignored', 'RuntimeError'),
+        'src/a.ts': mutants('CompileError', 'Ignored'),
+      },
+    })
+    expect(rows).toEqual([
+      {file: 'src/a.ts', mutants: 2, killed: 0, timeout: 0, survived: 0, noCoverage: 0, compileErrors: 1, ignored: 1, score: null},
+      {file: 'src/b.ts', mutants: 8, killed: 2, timeout: 1, survived: 1, noCoverage: 1, compileErrors: 1, ignored: 1, score: 60},
+    ])
+    expect(table(rows)).toBe(
+      [
+        '| file | mutants | compiling | killed + timeout | survived + no coverage | score |',
+        '| --- | --- | --- | --- | --- | --- |',
+        '| src/a.ts | 2 | 0 | 0 + 0 | 0 + 0 | n/a |',
+        '| src/b.ts | 8 | 5 | 2 + 1 | 1 + 1 | 60.00% |',
+      ].join('\n'),
+    )
+  })
+})
+
+describe('merge', () => {
+  const shard = (s: string, files: Record<string, ReturnType<typeof mutants>>, over: Partial<Meta> = {}) => ({
+    meta: meta(s, over),
+    report: {schemaVersion: '2', thresholds: {high: 90, low: 85}, files, testFiles: {[`test/${s.replace('/', '-')}.test.ts`]: {tests: []}}},
+  })
+
+  it('joins the files and test files of every shard into one report, keeping the first shard’s other fields', () => {
+    const {report, commits} = merge([shard('2/2', {'src/b.ts': mutants('Survived')}, {commit: 'd'.repeat(40)}), shard('1/2', {'src/a.ts': mutants('Killed')})], 2)
+    expect(Object.keys(report.files).sort()).toEqual(['src/a.ts', 'src/b.ts'])
+    expect(Object.keys(report.testFiles!).sort()).toEqual(['test/1-2.test.ts', 'test/2-2.test.ts'])
+    expect(report.schemaVersion).toBe('2')
+    expect(commits).toEqual(['d'.repeat(40), 'c'.repeat(40)])
+  })
+
+  it('refuses missing shards, naming them and the command that runs the first', () => {
+    expect(() => merge([shard('2/4', {})], 4)).toThrow('shard 1/4, 3/4, 4/4 missing: run npm run mutation:shard -- 1/4')
+    expect(() => merge([shard('1/2', {}), shard('2/3', {})], 2)).toThrow('shard 2/2 missing')
+  })
+
+  it('refuses shards that mutated different sources, naming each shard’s commit', () => {
+    expect(() => merge([shard('1/2', {}), shard('2/2', {}, {srcTree: 'x'.repeat(40), commit: 'abcdef0123'})], 2)).toThrow(
+      'the shards mutated different sources (src/ differs: 1/2 on ccccccc, 2/2 on abcdef0); run them again on one commit',
+    )
+  })
+
+  it('refuses a shard run with uncommitted changes', () => {
+    expect(() => merge([shard('1/2', {}, {dirty: true}), shard('2/2', {})], 2)).toThrow('shard 1/2 ran with uncommitted changes in src/ or test/; run it again on a clean checkout')
+  })
+
+  it('refuses a file mutated by two shards', () => {
+    expect(() => merge([shard('1/2', {'src/a.ts': mutants('Killed')}), shard('2/2', {'src/a.ts': mutants('Killed')})], 2)).toThrow('src/a.ts was mutated by two shards (the second: 2/2)')
+  })
+})
