@@ -291,6 +291,37 @@ describe('manifests without zod: an answer is always zod’s answer', () => {
     )
   })
 
+  // What the random inputs above reach only by chance, as JSON.parse gives it: 1e400 parses to
+  // Infinity, and a "__proto__" key is an own key of the parsed object.
+  it('the edges of the numbers and of a participant manifest: refused or left to zod, never taken', () => {
+    const pm = '{"schema_version": 1, "kind": "agent", "instance": "a", "checkpoint_id": "c", "records_file": "records.jsonl", "records_sha256": "0", "record_count": 0}'
+    const controller = (manifest: string, createdAt = '1') =>
+      `{"format_version": ${FORMAT_VERSION}, "checkpoint_id": "c", "created_at": ${createdAt}, "continued": [], "restarted": [], "participants": [{"server": "a", "kind": "agent", "instance": "a", "manifest": ${manifest}, "episode_ids": []}]}`
+    expect(agrees(controllerManifestFast, ControllerManifest, JSON.parse(controller(pm)))).toBe(true)
+    const cases = {
+      'record_count 1.5': controller(pm.replace('"record_count": 0', '"record_count": 1.5')),
+      'record_count "3"': controller(pm.replace('"record_count": 0', '"record_count": "3"')),
+      'record_count 2**53': controller(pm.replace('"record_count": 0', '"record_count": 9007199254740992')),
+      'schema_version 1e400': controller(pm.replace('"schema_version": 1', '"schema_version": 1e400')),
+      'schema_version "1"': controller(pm.replace('"schema_version": 1', '"schema_version": "1"')),
+      'created_at 1e400': controller(pm, '1e400'),
+      'created_at -1e400': controller(pm, '-1e400'),
+      'created_at "1"': controller(pm, '"1"'),
+      'a participant manifest with "__proto__"': controller(pm.replace('{', '{"__proto__": {"polluted": 1}, ')),
+    }
+    for (const [what, text] of Object.entries(cases)) {
+      const v: unknown = JSON.parse(text)
+      expect(controllerManifestFast(v), what).toBeNull()
+      // Where zod takes it (it drops "__proto__"), its answer is the one a reader gets.
+      if (what.includes('__proto__')) expect(ControllerManifest.safeParse(v).success, what).toBe(true)
+      else expect(ControllerManifest.safeParse(v).success, what).toBe(false)
+    }
+    for (const createdAt of ['1e400', '"1"']) {
+      const v: unknown = JSON.parse(`{"checkpoint_id": "g", "created_at": ${createdAt}, "continued": []}`)
+      expect(gymCollectionManifestFast(v), createdAt).toBeNull()
+    }
+  })
+
   it('what the fast check leaves to zod still reads as zod says: stripped keys, defaults, zod’s own words', async () => {
     const dir = await tempDir()
     const ours = path.join(dir, 'ours')
