@@ -8,7 +8,8 @@ import type {Reporter, TestModule} from 'vitest/node'
  * Stryker makes (its first run, then one per mutant it tests) appends one line of JSON to FILE: the
  * run's wall time and, per test file it started, in the order it started them, the milliseconds
  * vitest took to set it up, to import it and to run its tests and hooks, with how many tests ran
- * and failed. It shows where a whole run's hours go.
+ * and failed, and the first that failed (the one that killed the mutant). It shows where a whole
+ * run's hours go.
  *
  * Stryker reuses one Vitest instance for every mutant, and the modules vitest hands to
  * `onTestRunEnd` include those of earlier runs that this run never started (bail skipped them), so
@@ -44,10 +45,14 @@ export class MutationTiming implements Reporter {
       const d = m.diagnostic()
       let ran = 0
       let failed = 0
+      let firstFailed: string | undefined
       for (const t of m.children.allTests()) {
         const state = t.result().state
         if (state === 'passed' || state === 'failed') ran++
-        if (state === 'failed') failed++
+        if (state === 'failed') {
+          failed++
+          firstFailed ??= t.fullName
+        }
       }
       return {
         file: path.relative(process.cwd(), m.moduleId),
@@ -56,6 +61,7 @@ export class MutationTiming implements Reporter {
         tests: Math.round(d.duration),
         ran,
         failed,
+        ...(firstFailed === undefined ? {} : {firstFailed}),
       }
     })
     const line = {pid: process.pid, ms: Math.round(performance.now() - this.#start), files}
