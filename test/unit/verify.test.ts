@@ -153,6 +153,15 @@ describe('verifyCheckpoint: what only an offline check refuses', () => {
     expect(r.participants[0]).toMatchObject({ok: false, records: 6, inScope: 6, outsideScope: 0, scopeWithoutRecord: 0})
   })
 
+  it('duplicate records of one episode at the model too (one ModelRecord per episode)', async () => {
+    const {dir} = await make({records: {'model/policy': [rec('a'), rec('a')]}, continued: [['a', 0]]})
+    const modelDir = path.join(dir, 'gym', 'model', 'policy')
+    const r = await verifyCheckpoint(dir)
+    const m = await manifestOf(modelDir)
+    expect(errors(r)).toEqual([{severity: 'error', where: modelDir, message: `${m.records_file} holds more than one record of episode 'a' (2 records): a restore would install one episode twice`}])
+    expect(r.ok).toBe(false)
+  })
+
   it('several records of one episode at an agent or a resources server: one per session, as Gym writes them', async () => {
     // Reference 7.6: agent records are keyed by session_key, resources records by session_id; an
     // episode with two sessions has two records, and Gym's restore installs both.
