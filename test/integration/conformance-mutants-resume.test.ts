@@ -2,7 +2,7 @@
 // conformance-mutants.test.ts. Split from it so that the file whose test killed the last mutant
 // runs first for the next one (vitest's failed-first order), not after 200 other cases.
 
-import {describe, it} from 'vitest'
+import {describe, expect, it} from 'vitest'
 
 import {READY, authorized, err} from '../helpers/conformance-proxy.js'
 import {type Case, runCase, PREPARED, cid, nth, restarts, D, resumeOfOpen} from '../helpers/conformance-cases.js'
@@ -189,7 +189,19 @@ const RESUME: Case[] = [
         'fail: after 63 newer resumed IDs, prepare of conformance-TAG-2: 200 {"phase":"prepared","report":{"ready":true,"blockers":[],"blocker_count":0,"counts":{"sessions":0,"inflight":0},"restart… (127 characters in all): fewer than 64 resumed IDs are kept',
     },
   },
-  {name: 'fence.window: 64 resumed IDs kept', fault: {}, kept: 64, opts: D(['fence.window']), want: {'fence.window': 'pass: still 409 stale_checkpoint after 63 newer resumed IDs'}},
+  {
+    name: 'fence.window: 64 resumed IDs kept; each newer ID is resumed once, eight at a time',
+    fault: {},
+    kept: 64,
+    opts: D(['fence.window']),
+    want: {'fence.window': 'pass: still 409 stale_checkpoint after 63 newer resumed IDs'},
+    sent: (requests) => {
+      const resumed = requests.filter((r) => authorized(r) && r.op === 'resume').map(cid)
+      // The check's own two IDs and the 63 newer ones, none twice.
+      expect(resumed.length).toBe(65)
+      expect(new Set(resumed).size).toBe(65)
+    },
+  },
 ]
 
 describe('resume and fence checks name what was wrong', () => {

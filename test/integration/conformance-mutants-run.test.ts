@@ -204,6 +204,11 @@ describe('the run around the checks', () => {
       })
       await prepared.inner.controlPlane!.resume({checkpoint_id: 'theirs', deadline_ts: Date.now() / 1000 + 10})
 
+      // --destructive with no destructive check selected: nothing destructive runs, so live work is
+      // no reason to refuse.
+      const safeOnly = await check(own, [{name: 'busy', url: busy.url}], {destructive: true, only: ['auth.missing-bearer']})
+      expect(msgs(safeOnly)).toEqual({'auth.missing-bearer': 'pass: 401 unauthorized'})
+
       const report = await check(own, [{name: 'marked', url: marked.url}], {destructive: true, only: ['retire.forget']})
       expect(msgs(report)).toEqual({'retire.forget': 'pass: retired_rollouts 1 → 2 → 1'})
       expect(marked.inner.controlPlane!.status().retired_rollouts).toBe(1)

@@ -329,6 +329,35 @@ const STORE: Case[] = [
     want: {'commit.replay': 'pass: the same reply', 'commit.export-once': 'fail: after the replayed and the conflicting commit, new: extra; gone: old'},
   },
   {
+    name: 'a replayed commit adds, removes and rewrites two files each: every name is listed',
+    fault: (() => {
+      let n = 0
+      return {
+        after: async (r, a, inner) => {
+          if (r.op !== 'commit' || a.status !== 200) return a
+          const pdir = participantDir(r.json.checkpoint_dir, inner.participant!.kind, 'p')
+          const files = (...names: string[]) => names.map((f) => path.join(pdir, f))
+          if (++n === 1) {
+            for (const f of files('old1', 'old2', 'keep1', 'keep2')) await writeFile(f, 'x')
+          } else if (n === 2) {
+            for (const f of files('extra1', 'extra2')) await writeFile(f, 'x')
+            for (const f of files('old1', 'old2')) await unlink(f)
+            for (const f of files('keep1', 'keep2')) {
+              await unlink(f)
+              await writeFile(f, 'yy')
+            }
+          }
+          return a
+        },
+      }
+    })(),
+    opts: D(['commit.replay', 'commit.export-once']),
+    want: {
+      'commit.replay': 'pass: the same reply',
+      'commit.export-once': 'fail: after the replayed and the conflicting commit, new: extra1, extra2; gone: old1, old2; rewritten: keep1, keep2',
+    },
+  },
+  {
     name: 'a replayed commit removes a file and adds none',
     fault: (() => {
       let n = 0
