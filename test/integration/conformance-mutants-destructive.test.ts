@@ -69,9 +69,10 @@ const DESTRUCTIVE: Case[] = [
     want: {'auth.missing-bearer': 'fail: without Authorization: no reply (The operation was aborted due to timeout)'},
   },
   {
-    name: 'retire refused from idle',
+    name: 'retire refused from idle: it marked nothing, so the cleanup forgets nothing',
     fault: nth('retire', 1, () => err(409, 'invalid_phase')),
     opts: D(['retire.forget']),
+    sent: (requests) => expect(requests.filter((r) => r.op === 'forget')).toEqual([]),
     want: {'retire.forget': 'fail: retire of a new rollout from idle: HTTP 409 invalid_phase fault: invalid_phase'},
   },
   {

@@ -27,6 +27,18 @@ const RESUME: Case[] = [
     },
   },
   {
+    name: 'a second resume answered 500 with the body of a good reply: only a 200 is read as one',
+    fault: (() => {
+      let n = 0
+      return {after: (r, a) => (r.op === 'resume' && a.status === 200 && ++n === 2 ? {status: 500, json: {phase: 'idle', idempotent: true}} : a)}
+    })(),
+    opts: D(['phase.resume', 'phase.resume-again']),
+    want: {
+      'phase.resume': 'pass: idle, idempotent false; checkpoint_id and lease null',
+      'phase.resume-again': 'fail: second resume: HTTP 500 {"phase":"idle","idempotent":true}, want {"phase": "idle", "idempotent": true}',
+    },
+  },
+  {
     name: 'resume of a never-seen ID replies without idempotent',
     fault: {after: (r, a, inner) => (r.op === 'resume' && a.status === 200 && inner.controlPlane!.phase === 'idle' && a.json.idempotent === true ? {...a, json: {phase: 'idle'}} : a)},
     opts: D(['fence.resume-unknown']),
