@@ -216,7 +216,7 @@ async function main(argv: string[]): Promise<number> {
     const low = base.thresholds?.low ?? 85
     console.log(table(rows))
     const seconds = shards.reduce((t, s) => t + s.meta.seconds, 0)
-    console.log(`\n${rows.length} files from ${count} shards on ${commits.map((c) => c.slice(0, 7)).join(', ')}; the shards took ${formatSeconds(seconds)} together`)
+    console.log(`\n${rows.length} files from ${count} shard${count === 1 ? '' : 's'} on ${commits.map((c) => c.slice(0, 7)).join(', ')}; the shards took ${formatSeconds(seconds)} together`)
     const below = rows.filter((r) => r.score !== null && r.score < low)
     if (below.length) {
       console.log(`below ${low}%: ${below.map((r) => r.file).join(', ')}`)
