@@ -1,6 +1,7 @@
-// Mutation-testing follow-up for src/coordination/conformance.ts, the destructive checks (prepare, commit, conflict, export-once): see
-// conformance-mutants.test.ts. Split from it so that the file whose test killed the last mutant
-// runs first for the next one (vitest's failed-first order), not after 200 other cases.
+// Mutation-testing follow-up for src/coordination/conformance.ts, the destructive checks (prepare,
+// commit, conflict, export-once); see conformance-mutants.test.ts for how the cases work. Split
+// from it so that the file whose test killed the last mutant runs first for the next one (vitest
+// runs the files that failed last time first), not after 200 other cases.
 import {unlink} from 'node:fs/promises'
 import path from 'node:path'
 

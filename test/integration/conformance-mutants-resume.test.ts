@@ -1,7 +1,7 @@
-// Mutation-testing follow-up for src/coordination/conformance.ts, the resume, fence and restart-in-scope checks: see
-// conformance-mutants.test.ts. Split from it so that the file whose test killed the last mutant
-// runs first for the next one (vitest's failed-first order), not after 200 other cases.
-
+// Mutation-testing follow-up for src/coordination/conformance.ts, the resume, fence and restart-in-
+// scope checks; see conformance-mutants.test.ts for how the cases work. Split from it so that the
+// file whose test killed the last mutant runs first for the next one (vitest runs the files that
+// failed last time first), not after 200 other cases.
 import {describe, expect, it} from 'vitest'
 
 import {READY, authorized, err} from '../helpers/conformance-proxy.js'

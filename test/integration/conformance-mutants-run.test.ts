@@ -1,6 +1,7 @@
-// Mutation-testing follow-up for src/coordination/conformance.ts, the run around the checks (discovery, order, cleanup, interrupts): see
-// conformance-mutants.test.ts. Split from it so that the file whose test killed the last mutant
-// runs first for the next one (vitest's failed-first order), not after 200 other cases.
+// Mutation-testing follow-up for src/coordination/conformance.ts, the run around the checks
+// (discovery, order, cleanup, interrupts); see conformance-mutants.test.ts for how the cases work.
+// Split from it so that the file whose test killed the last mutant runs first for the next one
+// (vitest runs the files that failed last time first), not after 200 other cases.
 import {readdir, utimes, writeFile} from 'node:fs/promises'
 import path from 'node:path'
 
