@@ -89,7 +89,7 @@ export async function withCleanup<T>(fn: (own: Own) => Promise<T>): Promise<T> {
   }
 }
 
-export const DUMP = process.env.CONFORMANCE_DUMP === '1'
+const DUMP = process.env.CONFORMANCE_DUMP === '1'
 
 export interface Case {
   name: string
