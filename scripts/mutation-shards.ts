@@ -9,7 +9,7 @@
 //
 // Run by Node itself (type stripping): no syntax that needs a compiler, only type annotations.
 import {execFileSync} from 'node:child_process'
-import {globSync, readFileSync, writeFileSync, mkdirSync, existsSync} from 'node:fs'
+import {globSync, readFileSync, writeFileSync, mkdirSync, existsSync, rmSync} from 'node:fs'
 import path from 'node:path'
 
 export interface Weighted {
@@ -134,6 +134,8 @@ export function merge(shards: {meta: Meta; report: Report}[], count: number): {r
   const testFiles: Record<string, unknown> = {}
   for (const {meta, report} of shards) {
     for (const [file, data] of Object.entries(report.files)) {
+      // A report and a meta file of different runs (one run stopped after its report was written).
+      if (!meta.files.includes(file)) throw new Error(`the report of shard ${meta.shard} holds ${file}, which its meta file does not name: run npm run mutation:shard -- ${meta.shard} again`)
       if (file in files) throw new Error(`${file} was mutated by two shards (the second: ${meta.shard})`)
       files[file] = data
     }
@@ -182,6 +184,9 @@ async function main(argv: string[]): Promise<number> {
       dirty: git(root, 'status', '--porcelain', '--', 'src', 'test') !== '',
       files: mine,
     }
+    // A run stopped part-way leaves no meta file, so the merge reports the shard missing instead of
+    // pairing an earlier run's meta with whatever report this one left.
+    rmSync(path.join(out, `${name}.meta.json`), {force: true})
     const started = Date.now()
     const {Stryker} = await import('@stryker-mutator/core')
     // Stryker reads stryker.config.mjs itself and lays these over it.

@@ -118,7 +118,7 @@ describe('scores', () => {
 
 describe('merge', () => {
   const shard = (s: string, files: Record<string, ReturnType<typeof mutants>>, over: Partial<Meta> = {}) => ({
-    meta: meta(s, over),
+    meta: meta(s, {files: Object.keys(files), ...over}),
     report: {schemaVersion: '2', thresholds: {high: 90, low: 85}, files, testFiles: {[`test/${s.replace('/', '-')}.test.ts`]: {tests: []}}},
   })
 
@@ -143,6 +143,12 @@ describe('merge', () => {
 
   it('refuses a shard run with uncommitted changes', () => {
     expect(() => merge([shard('1/2', {}, {dirty: true}), shard('2/2', {})], 2)).toThrow('shard 1/2 ran with uncommitted changes in src/ or test/; run it again on a clean checkout')
+  })
+
+  it('refuses a report holding a file its meta file does not name (the two are of different runs)', () => {
+    expect(() => merge([shard('1/2', {'src/a.ts': mutants('Killed')}, {files: ['src/b.ts']}), shard('2/2', {})], 2)).toThrow(
+      'the report of shard 1/2 holds src/a.ts, which its meta file does not name: run npm run mutation:shard -- 1/2 again',
+    )
   })
 
   it('refuses a file mutated by two shards', () => {
