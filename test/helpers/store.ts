@@ -1,6 +1,6 @@
 // Hand-made participant state and verify with real worker threads, shared by the storage tests.
 import {createHash, randomBytes} from 'node:crypto'
-import {cp, mkdir, rm, rmdir, writeFile} from 'node:fs/promises'
+import {cp, mkdir, readFile, rm, rmdir, writeFile} from 'node:fs/promises'
 import path from 'node:path'
 import {pathToFileURL} from 'node:url'
 
@@ -30,21 +30,73 @@ export async function handWritten(dir: string, records: string | Buffer, recordC
 export const scratchDir = (name: string) => path.resolve('.test-tmp', `${name}-${process.pid}-${randomBytes(4).toString('hex')}`)
 
 /**
+ * Stryker's instrumented code keeps the active mutant and the coverage it records in a global
+ * (`__stryker__`), which a worker thread does not share: in a mutation run the worker would run
+ * every mutant unmutated, and its coverage would be lost, so the worker body's mutants would show as
+ * "no coverage". The bridge passes both across: the active mutant in the environment a new worker
+ * copies (`__STRYKER_ACTIVE_MUTANT__`, which the instrumented code reads when its global has
+ * none), and the worker's coverage in a file it writes before each reply, which the test's thread
+ * adds to the running test's. Outside a mutation run there is no `__stryker__`, and it does nothing.
+ */
+interface StrykerGlobal {
+  activeMutant?: string
+  currentTestId?: string
+  mutantCoverage?: {static: Record<string, number>; perTest: Record<string, Record<string, number>>}
+}
+const ACTIVE_MUTANT_ENV = '__STRYKER_ACTIVE_MUTANT__'
+const strykerGlobal = () => (globalThis as {__stryker__?: StrykerGlobal}).__stryker__
+
+/** The shim's prelude: before each reply the worker writes the coverage it has recorded so far. */
+const coveragePrelude = (log: string) => `// Written by test/helpers/store.ts: a mutation run's coverage, passed out of the worker.
+import {appendFileSync as __appendCoverage} from 'node:fs'
+import {parentPort as __port} from 'node:worker_threads'
+const __post = __port.postMessage.bind(__port)
+__port.postMessage = (message) => {
+  const coverage = globalThis.__stryker__?.mutantCoverage?.static
+  if (coverage) __appendCoverage(${JSON.stringify(log)}, JSON.stringify(coverage) + '\\n')
+  __post(message)
+}
+`
+
+/** Adds what the workers covered to the running test's coverage (or the static one between tests). */
+async function takeWorkerCoverage(log: string, ns: StrykerGlobal): Promise<void> {
+  const text = await readFile(log, 'utf8').catch(() => '')
+  await rm(log, {force: true})
+  const cov = (ns.mutantCoverage ??= {static: {}, perTest: {}})
+  const into = ns.currentTestId ? (cov.perTest[ns.currentTestId] ??= {}) : cov.static
+  for (const line of text.split('\n').filter(Boolean)) {
+    for (const [id, n] of Object.entries(JSON.parse(line) as Record<string, number>)) into[id] = (into[id] ?? 0) + n
+  }
+}
+
+/**
  * src/ copied into the scratch directory `dir`, with `storage/verify-worker.js` replaced by `shim`
  * (which loads the TypeScript worker through tsx), and verify imported from that copy: its worker
- * threads then run, in process, the code under test. `remove` deletes the copy (and .test-tmp
- * itself when no other run uses it).
+ * threads then run, in process, the code under test, mutants included (the bridge above). `remove`
+ * deletes the copy (and .test-tmp itself when no other run uses it).
  */
 export async function verifyWithWorkerShim(dir: string, shim: string): Promise<{verify: typeof import('../../src/storage/verify.js'); remove: () => Promise<void>}> {
   await mkdir(dir, {recursive: true})
   await cp(path.resolve('src'), path.join(dir, 'src'), {recursive: true})
-  await writeFile(path.join(dir, 'src', 'storage', 'verify-worker.js'), shim)
-  const verify = (await import(pathToFileURL(path.join(dir, 'src', 'storage', 'verify.ts')).href)) as typeof import('../../src/storage/verify.js')
+  const log = path.join(dir, 'worker-coverage.jsonl')
+  await writeFile(path.join(dir, 'src', 'storage', 'verify-worker.js'), coveragePrelude(log) + shim)
+  const mod = (await import(pathToFileURL(path.join(dir, 'src', 'storage', 'verify.ts')).href)) as typeof import('../../src/storage/verify.js')
+  const verifyCheckpoint: typeof mod.verifyCheckpoint = async (...args) => {
+    const ns = strykerGlobal()
+    if (!ns) return mod.verifyCheckpoint(...args)
+    if (ns.activeMutant !== undefined) process.env[ACTIVE_MUTANT_ENV] = ns.activeMutant
+    try {
+      return await mod.verifyCheckpoint(...args)
+    } finally {
+      delete process.env[ACTIVE_MUTANT_ENV]
+      await takeWorkerCoverage(log, ns)
+    }
+  }
   const remove = async () => {
     await rm(dir, {recursive: true, force: true})
     await rmdir(path.dirname(dir)).catch(() => {})
   }
-  return {verify, remove}
+  return {verify: {...mod, verifyCheckpoint}, remove}
 }
 
 /** A participant of writeCheckpoint: its record lines, and what the controller manifest says of it. */
