@@ -5,11 +5,13 @@
 // score of every file, as one whole run would.
 //
 //   npm run mutation:shard -- 2/4     run shard 2 of 4: reports/mutation/shard-2-of-4.{json,html,meta.json}
-//   npm run mutation:merge -- 4       merge the 4 shards into reports/mutation/mutation.json, print the table
+//   npm run mutation:shard -- 4/4:1/2 run part 1 of 2 of shard 4 of 4, for a shard too long for one sitting
+//   npm run mutation:merge -- 4       merge the 4 shards (each whole or in all its parts) into
+//                                     reports/mutation/mutation.json, print the table
 //
 // Run by Node itself (type stripping): no syntax that needs a compiler, only type annotations.
 import {execFileSync} from 'node:child_process'
-import {globSync, readFileSync, writeFileSync, mkdirSync, existsSync, rmSync} from 'node:fs'
+import {globSync, readFileSync, readdirSync, writeFileSync, mkdirSync, existsSync, rmSync} from 'node:fs'
 import path from 'node:path'
 
 export interface Weighted {
@@ -45,14 +47,35 @@ export function partition(files: Weighted[], n: number): string[][] {
   return shards.map((s) => s.files.sort())
 }
 
-/** `K/N` as two numbers, 1 <= K <= N, or an error naming what is wrong. */
-export function parseShard(arg: string | undefined): {index: number; count: number} {
-  const m = /^(\d+)\/(\d+)$/.exec(arg ?? '')
-  if (!m) throw new Error(`give the shard as K/N, e.g. 2/4 (shard 2 of 4), not ${JSON.stringify(arg ?? '')}`)
-  const index = Number(m[1])
-  const count = Number(m[2])
+export interface ShardSpec {
+  index: number
+  count: number
+  /** Part J of M of the shard: its files split again the same way. */
+  part?: {index: number; count: number}
+}
+
+/** `K/N`, or `K/N:J/M` (part J of M of shard K of N), each 1 <= K <= N; or an error naming what is wrong. */
+export function parseShard(arg: string | undefined): ShardSpec {
+  const m = /^(\d+)\/(\d+)(?::(\d+)\/(\d+))?$/.exec(arg ?? '')
+  if (!m) throw new Error(`give the shard as K/N, e.g. 2/4 (shard 2 of 4), or K/N:J/M (part J of M of it), not ${JSON.stringify(arg ?? '')}`)
+  const [index, count, partIndex, partCount] = m.slice(1).map(Number) as [number, number, number, number]
   if (count < 1 || index < 1 || index > count) throw new Error(`shard ${arg}: K must be from 1 to N`)
-  return {index, count}
+  if (m[3] === undefined) return {index, count}
+  if (partCount < 1 || partIndex < 1 || partIndex > partCount) throw new Error(`shard ${arg}: J must be from 1 to M`)
+  return {index, count, part: {index: partIndex, count: partCount}}
+}
+
+/** The shard's name as the meta file records it: `K/N` or `K/N:J/M`. */
+export const shardName = (s: ShardSpec): string => `${s.index}/${s.count}${s.part ? `:${s.part.index}/${s.part.count}` : ''}`
+
+/** The files of a shard (or of a part of one): the split of all files, then the split of the shard's. */
+export function shardFiles(files: Weighted[], s: ShardSpec): string[] {
+  const mine = partition(files, s.count)[s.index - 1]!
+  if (!s.part) return mine
+  return partition(
+    files.filter((f) => mine.includes(f.file)),
+    s.part.count,
+  )[s.part.index - 1]!
 }
 
 interface Mutant {
@@ -120,8 +143,19 @@ export function scores(report: Report): FileScore[] {
  */
 export function merge(shards: {meta: Meta; report: Report}[], count: number): {report: Report; commits: string[]} {
   const want = Array.from({length: count}, (_, i) => `${i + 1}/${count}`)
-  const have = shards.map((s) => s.meta.shard)
-  const missing = want.filter((s) => !have.includes(s))
+  const missing: string[] = []
+  for (const w of want) {
+    if (shards.some((s) => s.meta.shard === w)) continue
+    // A shard run in parts: every part of one split of it.
+    const parts = shards.map((s) => parseShard(s.meta.shard)).filter((p) => p.part && `${p.index}/${p.count}` === w)
+    if (!parts.length) {
+      missing.push(w)
+      continue
+    }
+    const splits = [...new Set(parts.map((p) => p.part!.count))]
+    if (splits.length > 1) throw new Error(`shard ${w} is in parts of different splits (${parts.map(shardName).join(', ')}); run all the parts of one split`)
+    for (let j = 1; j <= splits[0]!; j++) if (!parts.some((p) => p.part!.index === j)) missing.push(`${w}:${j}/${splits[0]}`)
+  }
   if (missing.length) throw new Error(`shard ${missing.join(', ')} missing: run npm run mutation:shard -- ${missing[0]}`)
   const trees = [...new Set(shards.map((s) => s.meta.srcTree))]
   if (trees.length > 1) {
@@ -141,7 +175,7 @@ export function merge(shards: {meta: Meta; report: Report}[], count: number): {r
     }
     Object.assign(testFiles, report.testFiles ?? {})
   }
-  const first = shards.find((s) => s.meta.shard === want[0])!.report
+  const first = shards.find((s) => s.meta.shard === want[0] || s.meta.shard.startsWith(`${want[0]}:`))!.report
   return {report: {...first, files, testFiles}, commits: [...new Set(shards.map((s) => s.meta.commit))]}
 }
 
@@ -170,14 +204,14 @@ async function main(argv: string[]): Promise<number> {
   const {default: base} = await import(path.join(root, 'stryker.config.mjs'))
   const [command, arg] = argv
   if (command === 'run') {
-    const {index, count} = parseShard(arg)
+    const spec = parseShard(arg)
     const files = mutatedFiles(root, base.mutate)
     const weighted = files.map((file) => ({file, weight: readFileSync(path.join(root, file), 'utf8').split('\n').length}))
-    const mine = partition(weighted, count)[index - 1]!
-    const name = `shard-${index}-of-${count}`
+    const mine = shardFiles(weighted, spec)
+    const name = `shard-${spec.index}-of-${spec.count}${spec.part ? `-part-${spec.part.index}-of-${spec.part.count}` : ''}`
     console.log(`${name}: ${mine.length} of ${files.length} files: ${mine.join(', ')}`)
     const meta = {
-      shard: `${index}/${count}`,
+      shard: shardName(spec),
       commit: git(root, 'rev-parse', 'HEAD'),
       srcTree: git(root, 'rev-parse', 'HEAD:src'),
       testTree: git(root, 'rev-parse', 'HEAD:test'),
@@ -192,7 +226,7 @@ async function main(argv: string[]): Promise<number> {
     // Stryker reads stryker.config.mjs itself and lays these over it.
     const stryker = new Stryker({
       mutate: mine,
-      tempDirName: `.stryker-tmp-${index}-of-${count}`,
+      tempDirName: `.stryker-tmp-${name}`,
       htmlReporter: {fileName: `reports/mutation/${name}.html`},
       jsonReporter: {fileName: `reports/mutation/${name}.json`},
     })
@@ -200,16 +234,17 @@ async function main(argv: string[]): Promise<number> {
     mkdirSync(out, {recursive: true})
     const seconds = Math.round((Date.now() - started) / 1000)
     writeFileSync(path.join(out, `${name}.meta.json`), JSON.stringify({...meta, seconds}, null, 2) + '\n')
-    console.log(`${name} took ${formatSeconds(seconds)}; merge them with npm run mutation:merge -- ${count}`)
+    console.log(`${name} took ${formatSeconds(seconds)}; merge them with npm run mutation:merge -- ${spec.count}`)
     return 0
   }
   if (command === 'merge') {
     const count = Number(arg)
     if (!Number.isInteger(count) || count < 1) throw new Error(`give the number of shards, e.g. 4, not ${JSON.stringify(arg ?? '')}`)
     const shards = []
-    for (let i = 1; i <= count; i++) {
-      const name = path.join(out, `shard-${i}-of-${count}`)
-      if (!existsSync(`${name}.meta.json`)) continue
+    const names = existsSync(out) ? readdirSync(out) : []
+    const mine = new RegExp(`^shard-\\d+-of-${count}(-part-\\d+-of-\\d+)?\\.meta\\.json$`)
+    for (const metaFile of names.filter((n) => mine.test(n)).sort()) {
+      const name = path.join(out, metaFile.slice(0, -'.meta.json'.length))
       shards.push({
         meta: JSON.parse(readFileSync(`${name}.meta.json`, 'utf8')) as Meta,
         report: JSON.parse(readFileSync(`${name}.json`, 'utf8')) as Report,
@@ -230,7 +265,7 @@ async function main(argv: string[]): Promise<number> {
     console.log(`every file at ${low}% or more`)
     return 0
   }
-  throw new Error('usage: mutation-shards.ts run K/N | merge N')
+  throw new Error('usage: mutation-shards.ts run K/N[:J/M] | merge N')
 }
 
 if (import.meta.main) {

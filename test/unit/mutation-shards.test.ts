@@ -3,7 +3,7 @@ import path from 'node:path'
 
 import {describe, expect, it} from 'vitest'
 
-import {type Meta, merge, mutatedFiles, parseShard, partition, scores, table} from '../../scripts/mutation-shards.js'
+import {type Meta, merge, mutatedFiles, parseShard, partition, scores, shardFiles, shardName, table} from '../../scripts/mutation-shards.js'
 import {tempDir} from '../helpers/tmp.js'
 
 const meta = (shard: string, over: Partial<Meta> = {}): Meta => ({
@@ -70,14 +70,44 @@ describe('parseShard', () => {
     expect(parseShard('1/1')).toEqual({index: 1, count: 1})
   })
 
+  it('reads K/N:J/M, part J of M of a shard, and names it back', () => {
+    expect(parseShard('4/4:1/2')).toEqual({index: 4, count: 4, part: {index: 1, count: 2}})
+    expect(shardName(parseShard('4/4:1/2'))).toBe('4/4:1/2')
+    expect(shardName(parseShard('3/4'))).toBe('3/4')
+    expect(() => parseShard('4/4:0/2')).toThrow('shard 4/4:0/2: J must be from 1 to M')
+    expect(() => parseShard('4/4:3/2')).toThrow('shard 4/4:3/2: J must be from 1 to M')
+    expect(() => parseShard('5/4:1/2')).toThrow('shard 5/4:1/2: K must be from 1 to N')
+    expect(() => parseShard('4/4:1')).toThrow('or K/N:J/M (part J of M of it), not "4/4:1"')
+    expect(() => parseShard('4/4:1/2:1/2')).toThrow('not "4/4:1/2:1/2"')
+  })
+
   it('names what is wrong', () => {
-    expect(() => parseShard(undefined)).toThrow('give the shard as K/N, e.g. 2/4 (shard 2 of 4), not ""')
+    expect(() => parseShard(undefined)).toThrow('give the shard as K/N, e.g. 2/4 (shard 2 of 4), or K/N:J/M (part J of M of it), not ""')
     expect(() => parseShard('2')).toThrow('not "2"')
     expect(() => parseShard('a/b')).toThrow('not "a/b"')
     expect(() => parseShard(' 1/2')).toThrow('not " 1/2"')
     expect(() => parseShard('0/4')).toThrow('shard 0/4: K must be from 1 to N')
     expect(() => parseShard('5/4')).toThrow('shard 5/4: K must be from 1 to N')
     expect(() => parseShard('1/0')).toThrow('shard 1/0: K must be from 1 to N')
+  })
+})
+
+describe('shardFiles', () => {
+  const files = ['a', 'b', 'c', 'd', 'e', 'f', 'g'].map((f, i) => ({file: `${f}.ts`, weight: [50, 10, 40, 30, 20, 25, 5][i]!}))
+
+  it('splits a shard again the same way: its parts hold its files, each once, and nothing of another shard', () => {
+    expect(shardFiles(files, {index: 1, count: 2})).toEqual(partition(files, 2)[0])
+    const shard = partition(files, 2)[1]!
+    const parts = [1, 2, 3].map((j) => shardFiles(files, {index: 2, count: 2, part: {index: j, count: 3}}))
+    expect(parts.flat().sort()).toEqual(shard)
+    expect(parts.every((p) => p.length > 0)).toBe(true)
+    expect(parts).toEqual(
+      partition(
+        files.filter((f) => shard.includes(f.file)),
+        3,
+      ),
+    )
+    expect(shardFiles(files, {index: 2, count: 2, part: {index: 1, count: 1}})).toEqual(shard)
   })
 })
 
@@ -148,6 +178,28 @@ describe('merge', () => {
   it('refuses a report holding a file its meta file does not name (the two are of different runs)', () => {
     expect(() => merge([shard('1/2', {'src/a.ts': mutants('Killed')}, {files: ['src/b.ts']}), shard('2/2', {})], 2)).toThrow(
       'the report of shard 1/2 holds src/a.ts, which its meta file does not name: run npm run mutation:shard -- 1/2 again',
+    )
+  })
+
+  it('takes a shard run in parts when every part of one split is there', () => {
+    const {report} = merge([shard('1/2', {'src/a.ts': mutants('Killed')}), shard('2/2:2/2', {'src/c.ts': mutants('Killed')}), shard('2/2:1/2', {'src/b.ts': mutants('Survived')})], 2)
+    expect(Object.keys(report.files).sort()).toEqual(['src/a.ts', 'src/b.ts', 'src/c.ts'])
+    // The first shard's other fields, from its first part when it ran in parts.
+    const first = shard('1/2:1/1', {})
+    first.report.thresholds = {high: 1, low: 1}
+    expect(merge([shard('2/2', {}), first], 2).report.thresholds).toEqual({high: 1, low: 1})
+  })
+
+  it('refuses a shard with a part missing, or in parts of two splits, naming the command to run', () => {
+    expect(() => merge([shard('1/2', {}), shard('2/2:1/3', {}), shard('2/2:3/3', {})], 2)).toThrow('shard 2/2:2/3 missing: run npm run mutation:shard -- 2/2:2/3')
+    expect(() => merge([shard('1/2', {}), shard('2/2:1/2', {}), shard('2/2:2/3', {})], 2)).toThrow('shard 2/2 is in parts of different splits (2/2:1/2, 2/2:2/3); run all the parts of one split')
+    expect(() => merge([shard('1/2:1/2', {}), shard('2/2', {})], 2)).toThrow('shard 1/2:2/2 missing')
+    expect(() => merge([shard('1/2:2/2', {}), shard('2/2', {})], 2)).toThrow('shard 1/2:1/2 missing')
+  })
+
+  it('refuses a shard run both whole and in parts (its files twice)', () => {
+    expect(() => merge([shard('1/2', {'src/a.ts': mutants('Killed')}), shard('1/2:1/1', {'src/a.ts': mutants('Killed')}), shard('2/2', {})], 2)).toThrow(
+      'src/a.ts was mutated by two shards (the second: 1/2:1/1)',
     )
   })
 
