@@ -5,7 +5,7 @@ import globals from 'globals'
 import tseslint from 'typescript-eslint'
 
 export default tseslint.config(
-  {ignores: ['dist/**', '.dist-*/**', 'reports/**', 'coverage/**', '.stryker-tmp/**', '.test-tmp/**', '.bench-tmp/**', 'node_modules/**', '.ci-node22/**']},
+  {ignores: ['dist/**', '.dist-*/**', 'reports/**', 'coverage/**', '.stryker-tmp*/**', '.test-tmp/**', '.bench-tmp/**', 'node_modules/**', '.ci-node22/**']},
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {languageOptions: {globals: {...globals.node}}},

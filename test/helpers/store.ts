@@ -46,14 +46,18 @@ interface StrykerGlobal {
 const ACTIVE_MUTANT_ENV = '__STRYKER_ACTIVE_MUTANT__'
 const strykerGlobal = () => (globalThis as {__stryker__?: StrykerGlobal}).__stryker__
 
-/** The shim's prelude: before each reply the worker writes the coverage it has recorded so far. */
+/** The shim's prelude: before each reply the worker writes the coverage it has recorded since the last. */
 const coveragePrelude = (log: string) => `// Written by test/helpers/store.ts: a mutation run's coverage, passed out of the worker.
 import {appendFileSync as __appendCoverage} from 'node:fs'
 import {parentPort as __port} from 'node:worker_threads'
 const __post = __port.postMessage.bind(__port)
 __port.postMessage = (message) => {
   const coverage = globalThis.__stryker__?.mutantCoverage?.static
-  if (coverage) __appendCoverage(${JSON.stringify(log)}, JSON.stringify(coverage) + '\\n')
+  if (coverage) {
+    __appendCoverage(${JSON.stringify(log)}, JSON.stringify(coverage) + '\\n')
+    // Written once: a worker given several directories reports each one's coverage anew.
+    for (const id of Object.keys(coverage)) delete coverage[id]
+  }
   __post(message)
 }
 `
