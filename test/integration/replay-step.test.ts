@@ -31,7 +31,7 @@ describe('a replay step straddling prepare', () => {
     const c = await coordinatorFor(fleet)
     const run = fleet.run(task)
     await waitFor(() => agent.sessions.get('rs')?.calls === 1, 5000, 'step 1 at the agent')
-    policy.latencyMs = 300
+    policy.latencyMs = 5000
     await waitFor(() => agent.sessions.get('rs')?.calls === 2, 5000, 'step 2 at the agent')
     expect(env.episodes.get('rs')?.boundary?.step).toBe(1)
     const root = await tempDir()
