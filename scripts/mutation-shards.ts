@@ -68,6 +68,9 @@ export function parseShard(arg: string | undefined): ShardSpec {
 /** The shard's name as the meta file records it: `K/N` or `K/N:J/M`. */
 export const shardName = (s: ShardSpec): string => `${s.index}/${s.count}${s.part ? `:${s.part.index}/${s.part.count}` : ''}`
 
+/** The base name of a shard's report and meta files: `shard-K-of-N` or `shard-K-of-N-part-J-of-M`. */
+export const shardFile = (s: ShardSpec): string => `shard-${s.index}-of-${s.count}${s.part ? `-part-${s.part.index}-of-${s.part.count}` : ''}`
+
 /** The files of a shard (or of a part of one): the split of all files, then the split of the shard's. */
 export function shardFiles(files: Weighted[], s: ShardSpec): string[] {
   const mine = partition(files, s.count)[s.index - 1]!
@@ -165,18 +168,49 @@ export function merge(shards: {meta: Meta; report: Report}[], count: number): {r
   const dirty = shards.filter((s) => s.meta.dirty).map((s) => s.meta.shard)
   if (dirty.length) throw new Error(`shard ${dirty.join(', ')} ran with uncommitted changes in src/ or test/; run it again on a clean checkout`)
   const files: Report['files'] = {}
+  const owner = new Map<string, string>()
   const testFiles: Record<string, unknown> = {}
   for (const {meta, report} of shards) {
     for (const [file, data] of Object.entries(report.files)) {
       // A report and a meta file of different runs (one run stopped after its report was written).
       if (!meta.files.includes(file)) throw new Error(`the report of shard ${meta.shard} holds ${file}, which its meta file does not name: run npm run mutation:shard -- ${meta.shard} again`)
-      if (file in files) throw new Error(`${file} was mutated by two shards (the second: ${meta.shard})`)
+      const other = owner.get(file)
+      if (other !== undefined)
+        throw new Error(
+          `${file} was mutated by two shards, ${other} and ${meta.shard} (a shard run both whole and in parts?): remove the files of the one not to keep from reports/mutation/ and merge again`,
+        )
+      owner.set(file, meta.shard)
       files[file] = data
     }
     Object.assign(testFiles, report.testFiles ?? {})
   }
   const first = shards.find((s) => s.meta.shard === want[0] || s.meta.shard.startsWith(`${want[0]}:`))!.report
   return {report: {...first, files, testFiles}, commits: [...new Set(shards.map((s) => s.meta.commit))]}
+}
+
+/**
+ * The shards of an N-way split found in `out` (reports/mutation/), whole or in parts, each meta file
+ * with the report of its name; those of other splits are left alone.
+ */
+export function readShards(out: string, count: number): {meta: Meta; report: Report}[] {
+  const shards = []
+  const metas = (existsSync(out) ? readdirSync(out) : []).filter((n) => n.startsWith('shard-') && n.endsWith('.meta.json')).sort()
+  for (const metaFile of metas) {
+    const meta = JSON.parse(readFileSync(path.join(out, metaFile), 'utf8')) as Meta
+    let spec: ShardSpec
+    try {
+      spec = parseShard(meta.shard)
+    } catch (e) {
+      throw new Error(`${path.join(out, metaFile)} names no shard (${(e as Error).message}): run that shard again`, {cause: e})
+    }
+    if (spec.count !== count) continue
+    const name = shardFile(spec)
+    if (`${name}.meta.json` !== metaFile) throw new Error(`${path.join(out, metaFile)} is the meta file of shard ${meta.shard}, whose files are ${name}.*: run that shard again`)
+    const reportFile = path.join(out, `${name}.json`)
+    if (!existsSync(reportFile)) throw new Error(`${reportFile} is missing beside its meta file: run npm run mutation:shard -- ${meta.shard} again`)
+    shards.push({meta, report: JSON.parse(readFileSync(reportFile, 'utf8')) as Report})
+  }
+  return shards
 }
 
 export function table(rows: FileScore[]): string {
@@ -208,7 +242,7 @@ async function main(argv: string[]): Promise<number> {
     const files = mutatedFiles(root, base.mutate)
     const weighted = files.map((file) => ({file, weight: readFileSync(path.join(root, file), 'utf8').split('\n').length}))
     const mine = shardFiles(weighted, spec)
-    const name = `shard-${spec.index}-of-${spec.count}${spec.part ? `-part-${spec.part.index}-of-${spec.part.count}` : ''}`
+    const name = shardFile(spec)
     console.log(`${name}: ${mine.length} of ${files.length} files: ${mine.join(', ')}`)
     const meta = {
       shard: shardName(spec),
@@ -240,16 +274,7 @@ async function main(argv: string[]): Promise<number> {
   if (command === 'merge') {
     const count = Number(arg)
     if (!Number.isInteger(count) || count < 1) throw new Error(`give the number of shards, e.g. 4, not ${JSON.stringify(arg ?? '')}`)
-    const shards = []
-    const names = existsSync(out) ? readdirSync(out) : []
-    const mine = new RegExp(`^shard-\\d+-of-${count}(-part-\\d+-of-\\d+)?\\.meta\\.json$`)
-    for (const metaFile of names.filter((n) => mine.test(n)).sort()) {
-      const name = path.join(out, metaFile.slice(0, -'.meta.json'.length))
-      shards.push({
-        meta: JSON.parse(readFileSync(`${name}.meta.json`, 'utf8')) as Meta,
-        report: JSON.parse(readFileSync(`${name}.json`, 'utf8')) as Report,
-      })
-    }
+    const shards = readShards(out, count)
     const {report, commits} = merge(shards, count)
     writeFileSync(path.join(out, 'mutation.json'), JSON.stringify(report))
     const rows = scores(report)

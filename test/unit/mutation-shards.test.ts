@@ -1,9 +1,9 @@
-import {mkdirSync, writeFileSync} from 'node:fs'
+import {mkdirSync, rmSync, writeFileSync} from 'node:fs'
 import path from 'node:path'
 
 import {describe, expect, it} from 'vitest'
 
-import {type Meta, merge, mutatedFiles, parseShard, partition, scores, shardFiles, shardName, table} from '../../scripts/mutation-shards.js'
+import {type Meta, merge, mutatedFiles, parseShard, partition, readShards, scores, shardFile, shardFiles, shardName, table} from '../../scripts/mutation-shards.js'
 import {tempDir} from '../helpers/tmp.js'
 
 const meta = (shard: string, over: Partial<Meta> = {}): Meta => ({
@@ -199,11 +199,43 @@ describe('merge', () => {
 
   it('refuses a shard run both whole and in parts (its files twice)', () => {
     expect(() => merge([shard('1/2', {'src/a.ts': mutants('Killed')}), shard('1/2:1/1', {'src/a.ts': mutants('Killed')}), shard('2/2', {})], 2)).toThrow(
-      'src/a.ts was mutated by two shards (the second: 1/2:1/1)',
+      'src/a.ts was mutated by two shards, 1/2 and 1/2:1/1 (a shard run both whole and in parts?): remove the files of the one not to keep from reports/mutation/ and merge again',
     )
   })
 
   it('refuses a file mutated by two shards', () => {
-    expect(() => merge([shard('1/2', {'src/a.ts': mutants('Killed')}), shard('2/2', {'src/a.ts': mutants('Killed')})], 2)).toThrow('src/a.ts was mutated by two shards (the second: 2/2)')
+    expect(() => merge([shard('1/2', {'src/a.ts': mutants('Killed')}), shard('2/2', {'src/a.ts': mutants('Killed')})], 2)).toThrow('src/a.ts was mutated by two shards, 1/2 and 2/2')
+  })
+})
+
+describe('readShards', () => {
+  const write = (dir: string, name: string, m: Meta, report: object | null = {files: {}}) => {
+    writeFileSync(path.join(dir, `${name}.meta.json`), JSON.stringify(m))
+    if (report) writeFileSync(path.join(dir, `${name}.json`), JSON.stringify(report))
+  }
+
+  it('finds the shards of one split, whole and in parts, each with the report of its name, and leaves other splits alone', async () => {
+    const dir = await tempDir()
+    expect(shardFile(parseShard('2/4'))).toBe('shard-2-of-4')
+    expect(shardFile(parseShard('4/4:1/3'))).toBe('shard-4-of-4-part-1-of-3')
+    write(dir, 'shard-2-of-4', meta('2/4'), {files: {'src/b.ts': mutants('Killed')}})
+    write(dir, 'shard-4-of-4-part-1-of-3', meta('4/4:1/3'), {files: {'src/d.ts': mutants('Survived')}})
+    write(dir, 'shard-1-of-2', meta('1/2'))
+    writeFileSync(path.join(dir, 'mutation.json'), '{}')
+    const found = readShards(dir, 4)
+    expect(found.map((s) => s.meta.shard)).toEqual(['2/4', '4/4:1/3'])
+    expect(Object.keys(found[1]!.report.files)).toEqual(['src/d.ts'])
+    expect(readShards(path.join(dir, 'none'), 4)).toEqual([])
+  })
+
+  it('refuses a meta file that names no shard or another shard, or has no report, saying what to run', async () => {
+    const dir = await tempDir()
+    write(dir, 'shard-1-of-2', meta('one'))
+    expect(() => readShards(dir, 2)).toThrow(/shard-1-of-2\.meta\.json names no shard \(give the shard as K\/N.*not "one"\): run that shard again$/)
+    write(dir, 'shard-1-of-2', meta('2/2'))
+    expect(() => readShards(dir, 2)).toThrow(/shard-1-of-2\.meta\.json is the meta file of shard 2\/2, whose files are shard-2-of-2\.\*: run that shard again$/)
+    write(dir, 'shard-1-of-2', meta('1/2'), null)
+    rmSync(path.join(dir, 'shard-1-of-2.json'))
+    expect(() => readShards(dir, 2)).toThrow(/shard-1-of-2\.json is missing beside its meta file: run npm run mutation:shard -- 1\/2 again$/)
   })
 })
