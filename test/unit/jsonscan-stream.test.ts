@@ -94,6 +94,18 @@ describe('JsonScanner fed in pieces', () => {
     expect(scanPieces(nested(MAX_NESTING), [7, 300, 1999, 2001, 3000]).ok).toBe(true)
     expect(scanPieces(nested(MAX_NESTING + 1), [7, 300, 1999, 2001, 3000]).error).toBe(ScanError.Depth)
   })
+
+  it('a misspelled word or a malformed number is a JSON error wherever the piece holding it starts, however deep it sits', () => {
+    // A piece that starts with a whole value, then goes deeper to the bad token: the scan must stop
+    // there, not go back into the piece (which would re-read it one level deeper each time).
+    const words = ['[0, [tx]]', '{"a": 1, "b": {"c": nul}}', '[1 , [[fals]]]', '{"a": "x", "b": [Nan]}', '[0, [-Inf]]']
+    const numbers = ['[0, [-]]', '[0, [1.]]', '[0, [2.5e]]', '{"a": 1, "b": {"c": -x}}', '[7, [[0, 3.]]]', '[0, [1E+]]']
+    for (const line of [...words, ...numbers]) {
+      const buf = Buffer.from(line)
+      expect(whole(buf), line).toEqual({ok: false, error: ScanError.Json, episodeKeys: 0})
+      for (let c = 0; c <= buf.length; c++) expect(scanPieces(buf, [c]).error, `${line} cut at ${c}`).toBe(ScanError.Json)
+    }
+  })
 })
 
 /** A participant directory holding `lines` (each without its newline) and a manifest naming them. */
