@@ -151,6 +151,7 @@ describe('preparedForCommit: what a stateless commit commits', () => {
     // The same episodes, q no longer reported: the first try's scope [r] is sent, and the rest commit.
     const out = await commitAndPublish(c, {...plan, restarts: [], committedOn: ['env', 'policy', 'res']})
     expect(out.published).toBe(true)
+    expect([...out.replies.keys()].sort()).toEqual([...PARTICIPANTS].sort())
     for (const [server, reply] of out.replies) expect(reply.episode_ids, server).toEqual([])
     expect(out.continued).toEqual([r])
   })

@@ -368,6 +368,8 @@ describe('restored state across the next checkpoint', () => {
     // restored state go on purpose (without dropRestored that scope is refused: restored-scope.test.ts).
     const root2 = await tempDir()
     const out = await checkpoint(c2, {root: root2, timeoutS: 10, episodes: [{rolloutId: 'a', attempt: 1}], dropRestored: true})
+    // Every participant replied (the loop below would pass on no replies at all).
+    expect([...out.replies.keys()].sort()).toEqual(['agent', 'env', 'policy', 'res'])
     for (const r of out.replies.values()) expect(r.episode_ids).toEqual(['a-a1'])
     const env = (await control(fresh.server('env').url, 'status')).json
     expect(env.restored_pending).toEqual(['a-a1'])

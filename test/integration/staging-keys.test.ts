@@ -31,6 +31,7 @@ describe("the policy model's staging keys", () => {
     expect(modelReply.staging_keys!.length).toBeGreaterThan(2)
     expect(modelReply.staging_keys).toEqual([...modelReply.staging_keys!].sort())
     expect(new Set(modelReply.staging_keys!.map((k) => k.split('/')[0]))).toEqual(new Set(['r1', 'r2']))
+    expect([...out.replies.keys()].sort()).toEqual(['agent', 'env', 'policy', 'res'])
     for (const [server, r] of out.replies) if (server !== model.name) expect(r.staging_keys, server).toBeUndefined()
 
     const json = commitJson(out)
