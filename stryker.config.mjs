@@ -4,7 +4,11 @@
 export default {
   packageManager: 'npm',
   testRunner: 'vitest',
-  vitest: {configFile: 'vitest.stryker.config.ts'},
+  // `related` off: each mutant still runs only the tests that covered it (perTest), but Stryker's
+  // vitest runner would also keep only test files that import the mutant's file, and no test file
+  // imports verify-worker.ts (its code runs in worker threads, bridged by test/helpers/store.ts):
+  // with it on, every mutant of that file ran no test and survived.
+  vitest: {configFile: 'vitest.stryker.config.ts', related: false},
   checkers: ['typescript'],
   tsconfigFile: 'tsconfig.json',
   typescriptChecker: {prioritizePerformanceOverAccuracy: true},

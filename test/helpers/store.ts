@@ -36,7 +36,10 @@ export const scratchDir = (name: string) => path.resolve('.test-tmp', `${name}-$
  * "no coverage". The bridge passes both across: the active mutant in the environment a new worker
  * copies (`__STRYKER_ACTIVE_MUTANT__`, which the instrumented code reads when its global has
  * none), and the worker's coverage in a file it writes before each reply, which the test's thread
- * adds to the running test's. Outside a mutation run there is no `__stryker__`, and it does nothing.
+ * adds to the running test's. What the worker covered while its modules loaded is static
+ * coverage, as module-level code is in the test's own thread (and so left out by `ignoreStatic`):
+ * it goes to Stryker's static coverage, not to the test that started the worker. Outside a
+ * mutation run there is no `__stryker__`, and it does nothing.
  */
 interface StrykerGlobal {
   activeMutant?: string
@@ -46,30 +49,43 @@ interface StrykerGlobal {
 const ACTIVE_MUTANT_ENV = '__STRYKER_ACTIVE_MUTANT__'
 const strykerGlobal = () => (globalThis as {__stryker__?: StrykerGlobal}).__stryker__
 
-/** The shim's prelude: before each reply the worker writes the coverage it has recorded since the last. */
+/**
+ * The shim's prelude and epilogue: once its modules have loaded (the shim's last line has run),
+ * the worker writes what loading covered, marked `load`; before each reply, what it has covered
+ * since. Each is written once: a worker given several directories reports each one's anew.
+ */
 const coveragePrelude = (log: string) => `// Written by test/helpers/store.ts: a mutation run's coverage, passed out of the worker.
 import {appendFileSync as __appendCoverage} from 'node:fs'
 import {parentPort as __port} from 'node:worker_threads'
+const __writeCoverage = (load) => {
+  const coverage = globalThis.__stryker__?.mutantCoverage?.static
+  if (!coverage) return
+  __appendCoverage(${JSON.stringify(log)}, JSON.stringify({load, coverage}) + '\\n')
+  for (const id of Object.keys(coverage)) delete coverage[id]
+}
 const __post = __port.postMessage.bind(__port)
 __port.postMessage = (message) => {
-  const coverage = globalThis.__stryker__?.mutantCoverage?.static
-  if (coverage) {
-    __appendCoverage(${JSON.stringify(log)}, JSON.stringify(coverage) + '\\n')
-    // Written once: a worker given several directories reports each one's coverage anew.
-    for (const id of Object.keys(coverage)) delete coverage[id]
-  }
+  __writeCoverage(false)
   __post(message)
 }
 `
+const coverageEpilogue = `
+__writeCoverage(true)
+`
 
-/** Adds what the workers covered to the running test's coverage (or the static one between tests). */
+/**
+ * Adds what the workers covered to the running test's coverage (or the static one between tests);
+ * what they covered while loading, to the static coverage.
+ */
 async function takeWorkerCoverage(log: string, ns: StrykerGlobal): Promise<void> {
   const text = await readFile(log, 'utf8').catch(() => '')
   await rm(log, {force: true})
   const cov = (ns.mutantCoverage ??= {static: {}, perTest: {}})
-  const into = ns.currentTestId ? (cov.perTest[ns.currentTestId] ??= {}) : cov.static
+  const test = ns.currentTestId ? (cov.perTest[ns.currentTestId] ??= {}) : cov.static
   for (const line of text.split('\n').filter(Boolean)) {
-    for (const [id, n] of Object.entries(JSON.parse(line) as Record<string, number>)) into[id] = (into[id] ?? 0) + n
+    const {load, coverage} = JSON.parse(line) as {load: boolean; coverage: Record<string, number>}
+    const into = load ? cov.static : test
+    for (const [id, n] of Object.entries(coverage)) into[id] = (into[id] ?? 0) + n
   }
 }
 
@@ -83,7 +99,7 @@ export async function verifyWithWorkerShim(dir: string, shim: string): Promise<{
   await mkdir(dir, {recursive: true})
   await cp(path.resolve('src'), path.join(dir, 'src'), {recursive: true})
   const log = path.join(dir, 'worker-coverage.jsonl')
-  await writeFile(path.join(dir, 'src', 'storage', 'verify-worker.js'), coveragePrelude(log) + shim)
+  await writeFile(path.join(dir, 'src', 'storage', 'verify-worker.js'), coveragePrelude(log) + shim + coverageEpilogue)
   const mod = (await import(pathToFileURL(path.join(dir, 'src', 'storage', 'verify.ts')).href)) as typeof import('../../src/storage/verify.js')
   const verifyCheckpoint: typeof mod.verifyCheckpoint = async (...args) => {
     const ns = strykerGlobal()

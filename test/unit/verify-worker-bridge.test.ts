@@ -1,7 +1,8 @@
 // The bridge in test/helpers/store.ts that lets a mutation run see verify's worker threads: the
 // active mutant reaches a new worker through its environment, and what the worker covered comes
-// back into the running test's coverage. Here a stand-in for Stryker's global plays both sides: the
-// shim records what the worker sees and sets the coverage a worker would have recorded.
+// back into the running test's coverage, but for what it covered while loading, which is static
+// coverage. Here a stand-in for Stryker's global plays both sides: the shim records what the worker
+// sees and sets the coverage a worker would have recorded, loading and then at work.
 import {readFile} from 'node:fs/promises'
 import path from 'node:path'
 
@@ -23,10 +24,18 @@ const seen = path.join(scratch, 'worker-env.log')
 
 const SHIM = `// Written by test/unit/verify-worker-bridge.test.ts: what the worker sees, and coverage it "recorded".
 import {appendFileSync} from 'node:fs'
+import {parentPort} from 'node:worker_threads'
 import {register} from 'tsx/esm/api'
 
 appendFileSync(${JSON.stringify(seen)}, String(process.env.__STRYKER_ACTIVE_MUTANT__) + '\\n')
-globalThis.__stryker__ = {mutantCoverage: {static: {w1: 2, w2: 1}, perTest: {}}}
+// Covered while the worker's modules load (module-level code).
+globalThis.__stryker__ = {mutantCoverage: {static: {l1: 1, w1: 1}, perTest: {}}}
+// Covered at work: on each job, before the worker's own listener runs.
+parentPort.on('message', () => {
+  const c = globalThis.__stryker__.mutantCoverage.static
+  c.w1 = (c.w1 ?? 0) + 2
+  c.w2 = (c.w2 ?? 0) + 1
+})
 register()
 await import('./verify-worker.ts')
 `
@@ -56,19 +65,20 @@ const workerSaw = async () => (await readFile(seen, 'utf8').catch(() => '')).spl
 
 // In a mutation run Stryker's own global is in use, and the bridge is exercised for real.
 describe.skipIf(g.__stryker__ !== undefined)('the mutation run’s bridge into verify’s workers', () => {
-  it('hands the active mutant to the worker, adds its coverage to the running test’s, and cleans up', async () => {
+  it('hands the active mutant to the worker, adds its coverage at work to the running test’s and its loading to the static coverage, and cleans up', async () => {
     const root = await twoDirs()
     g.__stryker__ = {activeMutant: '7', currentTestId: 'T', mutantCoverage: {static: {}, perTest: {T: {m: 1, w1: 1}}}}
     try {
       const before = (await workerSaw()).length
       expect((await threaded.verifyCheckpoint(root, {concurrency: 2, workerMinBytes: 0})).ok).toBe(true)
       expect((await workerSaw()).slice(before)).toEqual(['7'])
-      // One worker, one reply: its coverage counted once, added to what the test had.
-      expect(g.__stryker__.mutantCoverage).toEqual({static: {}, perTest: {T: {m: 1, w1: 3, w2: 1}}})
+      // One worker, one reply: its coverage at work counted once, added to what the test had; what
+      // its loading covered is static, as module-level code is in this thread.
+      expect(g.__stryker__.mutantCoverage).toEqual({static: {l1: 1, w1: 1}, perTest: {T: {m: 1, w1: 3, w2: 1}}})
       expect(process.env.__STRYKER_ACTIVE_MUTANT__).toBeUndefined()
       // The file is read once: a second call adds only what its own worker covered.
       await threaded.verifyCheckpoint(root, {concurrency: 2, workerMinBytes: 0})
-      expect(g.__stryker__.mutantCoverage!.perTest.T).toEqual({m: 1, w1: 5, w2: 2})
+      expect(g.__stryker__.mutantCoverage).toEqual({static: {l1: 2, w1: 2}, perTest: {T: {m: 1, w1: 5, w2: 2}}})
     } finally {
       delete g.__stryker__
     }
@@ -81,7 +91,7 @@ describe.skipIf(g.__stryker__ !== undefined)('the mutation run’s bridge into v
       const before = (await workerSaw()).length
       await threaded.verifyCheckpoint(root, {concurrency: 2, workerMinBytes: 0})
       expect((await workerSaw()).slice(before)).toEqual(['undefined'])
-      expect(g.__stryker__.mutantCoverage).toEqual({static: {w1: 2, w2: 1}, perTest: {}})
+      expect(g.__stryker__.mutantCoverage).toEqual({static: {l1: 1, w1: 3, w2: 1}, perTest: {}})
     } finally {
       delete g.__stryker__
     }
