@@ -248,6 +248,12 @@ describe('structure', () => {
     for (const t of ['[1}', '[1 2', '{"a": 1]', '{"a": 1 "b"', '{"a": 1,}', '{"a": 1, }']) expect(ok(t), t).toBe(false)
     for (const t of ['[1,2]', '[1, 2, -3, 4.5e1]', '{"a": 1, "b": 2}', '[1, "a", 2]', '[1, -Infinity, 2]', '[1, {"a": 2}, 3]']) expect(ok(t), t).toBe(true)
   })
+
+  it('a key is followed by its colon, and by nothing else in its place', () => {
+    // (A property test over random corruptions found this only after some 1,800 cases: not every run.)
+    for (const t of ['{"a",1}', '{"a"=1}', '{"a";1}', '{"a" 1}', '{"a"}', '{"a": 1, "b"x2}', '{"a"::1}']) expect(ok(t), t).toBe(false)
+    expect(ok('{"a" : 1, "b":2}')).toBe(true)
+  })
 })
 
 describe('words and numbers', () => {
