@@ -92,8 +92,10 @@ async function takeWorkerCoverage(log: string, ns: StrykerGlobal): Promise<void>
 /**
  * src/ copied into the scratch directory `dir`, with `storage/verify-worker.js` replaced by `shim`
  * (which loads the TypeScript worker through tsx), and verify imported from that copy: its worker
- * threads then run, in process, the code under test, mutants included (the bridge above). `remove`
- * deletes the copy (and .test-tmp itself when no other run uses it).
+ * threads then run, in process, the code under test, mutants included (the bridge above). `shim`
+ * must load the worker with a top-level `await import(...)` as its last statement: the line the
+ * bridge appends after it marks the end of loading. `remove` deletes the copy (and .test-tmp itself
+ * when no other run uses it).
  */
 export async function verifyWithWorkerShim(dir: string, shim: string): Promise<{verify: typeof import('../../src/storage/verify.js'); remove: () => Promise<void>}> {
   await mkdir(dir, {recursive: true})
