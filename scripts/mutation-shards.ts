@@ -188,6 +188,18 @@ export function merge(shards: {meta: Meta; report: Report}[], count: number): {r
   return {report: {...first, files, testFiles}, commits: [...new Set(shards.map((s) => s.meta.commit))]}
 }
 
+/** What to do with a meta file that cannot be trusted (edited or renamed by hand): running a shard again would not replace it. */
+const REMOVE_AND_MERGE = 'remove it and merge again (the merge then names any shard missing, with the command that runs it)'
+
+/** A JSON file's value; `fix` says what to do when it holds no JSON (a file cut short or edited). */
+function readJson(file: string, fix: string): unknown {
+  try {
+    return JSON.parse(readFileSync(file, 'utf8'))
+  } catch (e) {
+    throw new Error(`${file} holds no JSON (${(e as Error).message}): ${fix}`, {cause: e})
+  }
+}
+
 /**
  * The shards of an N-way split found in `out` (reports/mutation/), whole or in parts, each meta file
  * with the report of its name; those of other splits are left alone.
@@ -196,19 +208,19 @@ export function readShards(out: string, count: number): {meta: Meta; report: Rep
   const shards = []
   const metas = (existsSync(out) ? readdirSync(out) : []).filter((n) => n.startsWith('shard-') && n.endsWith('.meta.json')).sort()
   for (const metaFile of metas) {
-    const meta = JSON.parse(readFileSync(path.join(out, metaFile), 'utf8')) as Meta
+    const meta = readJson(path.join(out, metaFile), REMOVE_AND_MERGE) as Meta
     let spec: ShardSpec
     try {
       spec = parseShard(meta.shard)
     } catch (e) {
-      throw new Error(`${path.join(out, metaFile)} names no shard (${(e as Error).message}): run that shard again`, {cause: e})
+      throw new Error(`${path.join(out, metaFile)} names no shard (${(e as Error).message}): ${REMOVE_AND_MERGE}`, {cause: e})
     }
     if (spec.count !== count) continue
     const name = shardFile(spec)
-    if (`${name}.meta.json` !== metaFile) throw new Error(`${path.join(out, metaFile)} is the meta file of shard ${meta.shard}, whose files are ${name}.*: run that shard again`)
+    if (`${name}.meta.json` !== metaFile) throw new Error(`${path.join(out, metaFile)} is the meta file of shard ${meta.shard}, whose files are ${name}.*: ${REMOVE_AND_MERGE}`)
     const reportFile = path.join(out, `${name}.json`)
     if (!existsSync(reportFile)) throw new Error(`${reportFile} is missing beside its meta file: run npm run mutation:shard -- ${meta.shard} again`)
-    shards.push({meta, report: JSON.parse(readFileSync(reportFile, 'utf8')) as Report})
+    shards.push({meta, report: readJson(reportFile, `run npm run mutation:shard -- ${meta.shard} again`) as Report})
   }
   return shards
 }

@@ -231,11 +231,20 @@ describe('readShards', () => {
   it('refuses a meta file that names no shard or another shard, or has no report, saying what to run', async () => {
     const dir = await tempDir()
     write(dir, 'shard-1-of-2', meta('one'))
-    expect(() => readShards(dir, 2)).toThrow(/shard-1-of-2\.meta\.json names no shard \(give the shard as K\/N.*not "one"\): run that shard again$/)
+    expect(() => readShards(dir, 2)).toThrow(
+      /shard-1-of-2\.meta\.json names no shard \(give the shard as K\/N.*not "one"\): remove it and merge again \(the merge then names any shard missing, with the command that runs it\)$/,
+    )
     write(dir, 'shard-1-of-2', meta('2/2'))
-    expect(() => readShards(dir, 2)).toThrow(/shard-1-of-2\.meta\.json is the meta file of shard 2\/2, whose files are shard-2-of-2\.\*: run that shard again$/)
+    expect(() => readShards(dir, 2)).toThrow(/shard-1-of-2\.meta\.json is the meta file of shard 2\/2, whose files are shard-2-of-2\.\*: remove it and merge again/)
     write(dir, 'shard-1-of-2', meta('1/2'), null)
     rmSync(path.join(dir, 'shard-1-of-2.json'))
     expect(() => readShards(dir, 2)).toThrow(/shard-1-of-2\.json is missing beside its meta file: run npm run mutation:shard -- 1\/2 again$/)
+    // Cut short or edited: the file is named, with what to do.
+    writeFileSync(path.join(dir, 'shard-1-of-2.json'), '{"files": {')
+    expect(() => readShards(dir, 2)).toThrow(/shard-1-of-2\.json holds no JSON \(.*\): run npm run mutation:shard -- 1\/2 again$/)
+    writeFileSync(path.join(dir, 'shard-1-of-2.meta.json'), 'null')
+    expect(() => readShards(dir, 2)).toThrow(/shard-1-of-2\.meta\.json names no shard .*: remove it and merge again/)
+    writeFileSync(path.join(dir, 'shard-1-of-2.meta.json'), '{"shard": "1/2",')
+    expect(() => readShards(dir, 2)).toThrow(/shard-1-of-2\.meta\.json holds no JSON \(.*\): remove it and merge again/)
   })
 })
