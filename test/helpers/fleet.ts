@@ -23,6 +23,11 @@ export const FULL: FleetMember[] = [
   {name: 'judge', kind: 'none'},
 ]
 
+/** The servers of FULL that have a control plane (every kind but `none`), sorted: who answers a checkpoint. */
+export const FULL_PARTICIPANTS = FULL.filter((m) => m.kind !== 'none')
+  .map((m) => m.name)
+  .sort()
+
 const cleanups: (() => Promise<unknown>)[] = []
 afterEach(async () => {
   await Promise.all(cleanups.splice(0).map((f) => f().catch(() => {})))

@@ -14,7 +14,7 @@ import {discover} from '../../src/coordination/discover.js'
 import {ControllerError, CoordinationError} from '../../src/coordination/errors.js'
 import {Coordinator, prepare, resume, retire} from '../../src/coordination/operations.js'
 import {RunTracker} from '../../src/coordination/runs.js'
-import {FULL, TOKEN, checkpointedFleet, control, coordinatorFor, later, soon, startFleet, waitFor} from '../helpers/fleet.js'
+import {FULL, FULL_PARTICIPANTS, TOKEN, checkpointedFleet, control, coordinatorFor, later, soon, startFleet, waitFor} from '../helpers/fleet.js'
 import {tempDir} from '../helpers/tmp.js'
 
 function client(opts: {grace?: number; token?: string} = {}): ControlClient {
@@ -369,7 +369,7 @@ describe('restored state across the next checkpoint', () => {
     const root2 = await tempDir()
     const out = await checkpoint(c2, {root: root2, timeoutS: 10, episodes: [{rolloutId: 'a', attempt: 1}], dropRestored: true})
     // Every participant replied (the loop below would pass on no replies at all).
-    expect([...out.replies.keys()].sort()).toEqual(['agent', 'env', 'policy', 'res'])
+    expect([...out.replies.keys()].sort()).toEqual(FULL_PARTICIPANTS)
     for (const r of out.replies.values()) expect(r.episode_ids).toEqual(['a-a1'])
     const env = (await control(fresh.server('env').url, 'status')).json
     expect(env.restored_pending).toEqual(['a-a1'])

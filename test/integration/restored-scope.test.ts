@@ -8,7 +8,7 @@ import {checkpoint} from '../../src/coordination/controller.js'
 import {ControllerError} from '../../src/coordination/errors.js'
 import {prepare, resume} from '../../src/coordination/operations.js'
 import {restoreCheckpoint} from '../../src/coordination/restore.js'
-import {FULL, checkpointedFleet, coordinatorFor, startFleet, soon} from '../helpers/fleet.js'
+import {FULL, FULL_PARTICIPANTS, checkpointedFleet, coordinatorFor, startFleet, soon} from '../helpers/fleet.js'
 import {cli} from '../helpers/cli.js'
 import {tempDir} from '../helpers/tmp.js'
 
@@ -51,14 +51,14 @@ describe('a scope after a restore keeps the restored state', () => {
         {rolloutId: 'b', attempt: 1},
       ],
     })
-    expect([...out.replies.keys()].sort()).toEqual(['agent', 'env', 'policy', 'res'])
+    expect([...out.replies.keys()].sort()).toEqual(FULL_PARTICIPANTS)
     for (const [server, r] of out.replies) expect(r.episode_ids, server).toEqual(['a-a1', 'b-a1'])
   })
 
   it('checkpoint: --drop-restored lets the state left out go', async () => {
     const {fresh, c} = await restored()
     const out = await checkpoint(c, {root: await tempDir(), timeoutS: 10, episodes: [{rolloutId: 'a', attempt: 1}], dropRestored: true})
-    expect([...out.replies.keys()].sort()).toEqual(['agent', 'env', 'policy', 'res'])
+    expect([...out.replies.keys()].sort()).toEqual(FULL_PARTICIPANTS)
     for (const [server, r] of out.replies) expect(r.episode_ids, server).toEqual(['a-a1'])
     expect(fresh.server('env').controlPlane!.status()).toMatchObject({restored_pending: ['a-a1']})
   })

@@ -10,7 +10,7 @@ import {describe, expect, it} from 'vitest'
 import {commitJson} from '../../src/cli/output.js'
 import {checkpoint} from '../../src/coordination/controller.js'
 import {readCheckpointSummary} from '../../src/storage/root.js'
-import {FULL, coordinatorFor, startFleet} from '../helpers/fleet.js'
+import {FULL, FULL_PARTICIPANTS, coordinatorFor, startFleet} from '../helpers/fleet.js'
 import {tempDir} from '../helpers/tmp.js'
 
 describe("the policy model's staging keys", () => {
@@ -31,7 +31,7 @@ describe("the policy model's staging keys", () => {
     expect(modelReply.staging_keys!.length).toBeGreaterThan(2)
     expect(modelReply.staging_keys).toEqual([...modelReply.staging_keys!].sort())
     expect(new Set(modelReply.staging_keys!.map((k) => k.split('/')[0]))).toEqual(new Set(['r1', 'r2']))
-    expect([...out.replies.keys()].sort()).toEqual(['agent', 'env', 'policy', 'res'])
+    expect([...out.replies.keys()].sort()).toEqual(FULL_PARTICIPANTS)
     for (const [server, r] of out.replies) if (server !== model.name) expect(r.staging_keys, server).toBeUndefined()
 
     const json = commitJson(out)
